@@ -1,0 +1,183 @@
+// carto/spec/text.hpp — parsing the text forms of specs, meshes and shapes.
+//
+// Design note: the grammar (white space allowed between tokens):
+//   spec      := [ placement { ',' placement } ] [ '|' 'P' axes ]
+//   placement := 'R' | 'S' axes
+//   axes      := '(' name { ',' name } ')'
+//   mesh      := [ '{' ] name (':'|'=') size { ',' name (':'|'=') size } [ '}' ]
+//   shape     := dim { ',' dim },  dim := extent | name (':'|'=') extent
+// Printing (operator<< of each value type) gives the canonical form, which parses back to an equal
+// value. A parse error is a carto::Error that quotes the input, names the 0-based position and
+// says what was expected there. The parsers only build values; validating a spec against a mesh
+// and shape is check_spec's job.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "carto/error.hpp"
+#include "carto/spec/mesh.hpp"
+#include "carto/spec/shape.hpp"
+#include "carto/spec/sharding.hpp"
+
+namespace carto {
+
+namespace detail {
+
+class Cursor {
+ public:
+  Cursor(std::string_view text, std::string_view what) : text_(text), what_(what) {}
+
+  void skip_space() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t')) ++pos_;
+  }
+  [[nodiscard]] bool at_end() {
+    skip_space();
+    return pos_ == text_.size();
+  }
+  [[nodiscard]] char peek() {
+    skip_space();
+    return pos_ < text_.size() ? text_[pos_] : '\0';
+  }
+  bool accept(char c) {
+    if (peek() == c && pos_ < text_.size()) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c, std::string_view expected) {
+    if (!accept(c)) error(expected);
+  }
+  std::string_view name(std::string_view expected) {
+    skip_space();
+    const std::size_t start = pos_;
+    if (pos_ < text_.size() && !(text_[pos_] >= '0' && text_[pos_] <= '9')) {
+      while (pos_ < text_.size() && is_name_char(text_[pos_])) ++pos_;
+    }
+    if (pos_ == start) error(expected);
+    if (pos_ - start > kMaxNameLength) {
+      pos_ = start;
+      error(concat("a name of at most ", kMaxNameLength, " characters"));
+    }
+    return text_.substr(start, pos_ - start);
+  }
+  std::int64_t integer(std::string_view expected) {
+    skip_space();
+    const std::size_t start = pos_;
+    std::int64_t value = 0;
+    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
+      const int digit = text_[pos_] - '0';
+      if (value > (std::numeric_limits<std::int64_t>::max() - digit) / 10) {
+        pos_ = start;
+        error("an integer that fits in 64 bits");
+      }
+      value = value * 10 + digit;
+      ++pos_;
+    }
+    if (pos_ == start) error(expected);
+    return value;
+  }
+  [[noreturn]] void error(std::string_view expected) {
+    skip_space();
+    const std::string found = pos_ < text_.size() ? concat("'", text_[pos_], "'") : "the end";
+    fail("carto: cannot parse ", what_, " '", text_, "': at position ", pos_, ": expected ",
+         expected, ", found ", found);
+  }
+  [[nodiscard]] std::size_t position() const { return pos_; }
+
+ private:
+  std::string_view text_;
+  std::string_view what_;
+  std::size_t pos_ = 0;
+};
+
+inline AxisList parse_axis_list(Cursor& in) {
+  AxisList axes;
+  in.expect('(', "'(' after S or P");
+  do {
+    if (axes.size() == kMaxMeshAxes) in.error(detail::concat("')': at most ", kMaxMeshAxes, " axes in one list"));
+    axes.push_back(AxisName(in.name("a mesh axis name")));
+  } while (in.accept(','));
+  in.expect(')', "',' or ')' in an axis list");
+  return axes;
+}
+
+}  // namespace detail
+
+inline ShardingSpec parse_spec(std::string_view text) {
+  detail::Cursor in(text, "sharding spec");
+  ShardingSpec spec;
+  if (!in.at_end() && in.peek() != '|') {
+    do {
+      if (spec.rank() == kMaxRank) in.error(detail::concat("the end: a spec has at most ", kMaxRank, " dims"));
+      if (in.accept('R')) {
+        spec.add_dim();
+      } else if (in.accept('S')) {
+        spec.add_dim(detail::parse_axis_list(in));
+      } else {
+        in.error("'R' or 'S(...)'");
+      }
+    } while (in.accept(','));
+  }
+  if (in.accept('|')) {
+    in.expect('P', "'P' after '|'");
+    for (const AxisName& a : detail::parse_axis_list(in)) spec.add_partial(a);
+  }
+  if (!in.at_end()) in.error(spec.is_partial() ? "the end" : "',' or '|P(...)' or the end");
+  return spec;
+}
+
+inline DeviceMesh parse_mesh(std::string_view text) {
+  detail::Cursor in(text, "mesh");
+  const bool braced = in.accept('{');
+  StaticVector<MeshAxis, kMaxMeshAxes> axes;
+  do {
+    if (axes.size() == kMaxMeshAxes) in.error(detail::concat("the end: a mesh has at most ", kMaxMeshAxes, " axes"));
+    MeshAxis axis;
+    axis.name = AxisName(in.name("an axis name"));
+    if (!in.accept(':')) in.expect('=', "':' or '=' after the axis name");
+    axis.size = in.integer("the axis size (a positive integer)");
+    if (axis.size < 1) in.error("an axis size of at least 1");
+    axes.push_back(axis);
+  } while (in.accept(','));
+  if (braced) in.expect('}', "',' or '}'");
+  if (!in.at_end()) in.error("',' or the end");
+  if (MeshCheck c = DeviceMesh::check(axes); !c.ok()) detail::mesh_problem(axes, c);
+  DeviceMesh mesh;
+  switch (axes.size()) {
+    case 1: mesh = DeviceMesh{axes[0]}; break;
+    case 2: mesh = DeviceMesh{axes[0], axes[1]}; break;
+    default: mesh = DeviceMesh{axes[0], axes[1], axes[2]}; break;
+  }
+  return mesh;
+}
+
+// "8,2048,12288" names the dims d0, d1, ...; "batch=8,seq=2048" names them; "(batch=8, seq=2048)"
+// (the printed form) parses too.
+inline TensorShape parse_shape(std::string_view text) {
+  detail::Cursor in(text, "shape");
+  const bool paren = in.accept('(');
+  TensorShape shape;
+  do {
+    if (shape.rank() == kMaxRank) in.error(detail::concat("the end: a shape has at most ", kMaxRank, " dims"));
+    DimExtent dim;
+    if (in.peek() >= '0' && in.peek() <= '9') {
+      dim.name = DimName(detail::concat("d", shape.rank()));
+    } else {
+      dim.name = DimName(in.name("a dim extent or name"));
+      if (!in.accept(':')) in.expect('=', "':' or '=' after the dim name");
+    }
+    dim.extent = in.integer("a dim extent (a positive integer)");
+    if (dim.extent < 1) in.error("a dim extent of at least 1");
+    shape.push_back(dim);
+  } while (in.accept(','));
+  if (paren) in.expect(')', "',' or ')'");
+  if (!in.at_end()) in.error("',' or the end");
+  return shape;
+}
+
+}  // namespace carto

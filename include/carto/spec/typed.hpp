@@ -75,7 +75,6 @@ struct RankMismatch {
   static_assert(SpecRank == ShapeRank,
                 "carto: the Spec's rank differs from the tensor's rank: give one placement "
                 "(Shard<...> or Replicate) per tensor dim, plus an optional trailing Partial<...>");
-  static constexpr bool ok = SpecRank == ShapeRank;
 };
 
 template <bool Uneven, std::size_t Dim, std::int64_t Extent, std::int64_t Shards>
@@ -83,7 +82,6 @@ struct UnevenSplit {
   static_assert(!Uneven,
                 "carto: a static tensor dim does not divide evenly into its shards; see "
                 "UnevenSplit<uneven, dim index, extent, shard count> in this message");
-  static constexpr bool ok = !Uneven;
 };
 
 }  // namespace detail
@@ -95,16 +93,16 @@ class Sharded {
   static_assert(is_spec<SpecT>::value, "carto: Sharded<T, M, S> needs S = carto::Spec<...>");
   using ShapeT = typename TensorT::shape_type;
 
-  static constexpr bool rank_ok = detail::RankMismatch<SpecT::rank, ShapeT::rank>::ok;
+  // sizeof forces the instantiation, whose own static_assert shows the ranks.
+  static_assert(sizeof(detail::RankMismatch<SpecT::rank, ShapeT::rank>) > 0);
   static constexpr SpecCheck check = detail::static_spec_check<ShapeT, MeshT, SpecT>();
   static_assert(check.problem != SpecProblem::unknown_axis,
                 "carto: the Spec names a mesh axis that the Mesh does not have");
   static_assert(check.problem != SpecProblem::axis_used_twice,
                 "carto: a mesh axis is used more than once in the Spec; each axis may split one "
                 "dim or be Partial, once");
-  static constexpr bool even_ok =
-      detail::UnevenSplit<check.problem == SpecProblem::uneven_split, check.dim, check.extent,
-                          check.divisor>::ok;
+  static_assert(sizeof(detail::UnevenSplit<check.problem == SpecProblem::uneven_split, check.dim,
+                                           check.extent, check.divisor>) > 0);
 
  public:
   using tensor_type = TensorT;

@@ -1,10 +1,9 @@
-// carto-demo — for now: every valid sharding spec of a tensor on a device mesh, with the local shape
-// each device holds and how many copies of each slice exist. (The training demo replaces it when the
-// runtime lands.)
+// carto-demo — for now: every valid sharding spec of a tensor on a device mesh, with the local
+// shape each device holds and how many copies of each slice exist. (The training demo replaces it
+// when the runtime lands.)
 //
 //   carto-demo [--shape batch=8,seq=1024,hidden=768] [--mesh dp=2,tp=4] [--partial] [--limit N]
 #include <carto/spec.hpp>
-
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>

@@ -2,8 +2,8 @@
 //
 // Design note: library code throws carto::Error; examples and tools catch it and print what().
 // Every message names what was wrong and what would be right. The same helper checks status codes
-// of CUDA, cuBLAS, NCCL and MPI calls (each backend passes its own "describe" function), so a failed
-// call reads "<call> failed at <file>:<line>: <description>" whatever library it came from.
+// of CUDA, cuBLAS, NCCL and MPI calls (each backend passes its own "describe" function), so a
+// failed call reads "<call> failed at <file>:<line>: <description>" whatever library it came from.
 #pragma once
 
 #include <sstream>
@@ -57,12 +57,12 @@ void check_status(Status status, Status ok, const char* call, const char* file, 
 
 // CARTO_CHECK(condition, message parts...): throws carto::Error naming the condition, the message
 // and the source location when the condition is false.
-#define CARTO_CHECK(condition, ...)                                                           \
-  do {                                                                                        \
-    if (!(condition)) {                                                                       \
-      ::carto::detail::fail_at(__FILE__, __LINE__, "check '" #condition "' failed: ", \
-                               __VA_ARGS__);                                                  \
-    }                                                                                         \
+#define CARTO_CHECK(condition, ...)                                             \
+  do {                                                                          \
+    if (!(condition)) {                                                         \
+      ::carto::detail::fail_at(__FILE__, __LINE__,                              \
+                               "check '" #condition "' failed: ", __VA_ARGS__); \
+    }                                                                           \
   } while (false)
 
 // CARTO_CHECK_STATUS(call, ok, describe): runs `call` once and checks its status code.

@@ -1,7 +1,5 @@
-#include <catch2/catch.hpp>
-
 #include <carto/spec.hpp>
-
+#include <catch2/catch.hpp>
 #include <set>
 
 using namespace carto;
@@ -98,5 +96,6 @@ TEST_CASE("invalid meshes are errors that name the problem", "[spec][mesh]") {
                       Catch::Contains("1 to 3 axes"));
   REQUIRE_THROWS_WITH((DeviceMesh{{"", 2}}), Catch::Contains("has name ''"));
   REQUIRE_THROWS_WITH(parse_mesh("dp=2").index_of("tp"), Catch::Contains("has no axis named 'tp'"));
-  REQUIRE_THROWS_WITH(parse_mesh("dp=2").coord(2), Catch::Contains("device 2 is not in mesh {dp:2}"));
+  REQUIRE_THROWS_WITH(parse_mesh("dp=2").coord(2),
+                      Catch::Contains("device 2 is not in mesh {dp:2}"));
 }

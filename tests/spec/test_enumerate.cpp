@@ -1,21 +1,19 @@
 // Enumeration of every valid spec, checked against a closed form and a random search.
 //
-// Closed form. A spec places each of the m mesh axes either nowhere (replicated), in the Partial set
-// (when allowed), or into the ordered axis list of one of the r tensor dims. Choose which k axes
-// shard dims: C(m, k) ways. Placing k distinct axes into r ordered lists, one axis at a time: the
-// j-th axis (j = 0..k-1) can go to the end of any of the r lists or directly before any of the j
-// axes already placed, r + j positions, so r (r+1) ... (r+k-1) ways (the rising factorial r^(k)).
+// Closed form. A spec places each of the m mesh axes either nowhere (replicated), in the Partial
+// set (when allowed), or into the ordered axis list of one of the r tensor dims. Choose which k
+// axes shard dims: C(m, k) ways. Placing k distinct axes into r ordered lists, one axis at a time:
+// the j-th axis (j = 0..k-1) can go to the end of any of the r lists or directly before any of the
+// j axes already placed, r + j positions, so r (r+1) ... (r+k-1) ways (the rising factorial r^(k)).
 // Each of the other m-k axes is replicated or Partial: 1 or 2 choices each. Hence
 //   count(m, r)         = sum_k C(m,k) r^(k)              (no Partial)
 //   count_partial(m, r) = sum_k C(m,k) r^(k) 2^(m-k)      (with Partial)
 // when every dim divides evenly by every product of axis sizes (extents that are multiples of the
 // device count). For other extents the count is the sum, over axis-to-dim assignments whose
 // products divide, of the number of orders: prod_d (number of axes on d)!.
-#include <catch2/catch.hpp>
-
-#include <carto/spec.hpp>
-
 #include <algorithm>
+#include <carto/spec.hpp>
+#include <catch2/catch.hpp>
 #include <random>
 #include <set>
 #include <string>
@@ -62,7 +60,8 @@ ShardingSpec random_spec(std::mt19937& rng, const DeviceMesh& mesh, std::size_t 
 
 }  // namespace
 
-TEST_CASE("enumeration counts match the closed form on evenly divisible shapes", "[spec][enumerate]") {
+TEST_CASE("enumeration counts match the closed form on evenly divisible shapes",
+          "[spec][enumerate]") {
   // Extents 24 and 48 are multiples of every product of axis sizes used here (at most 8 or 12).
   for (const char* mesh_text : {"x=2", "x=8", "dp=2,tp=4", "a=3,b=4", "pp=2,dp=2,tp=2"}) {
     const DeviceMesh mesh = parse_mesh(mesh_text);
@@ -78,8 +77,8 @@ TEST_CASE("enumeration counts match the closed form on evenly divisible shapes",
               closed_form(m, r, true));
     }
   }
-  // Worked values: m = 2, r = 3 gives 1 + 2*3 + 3*4 = 19 and 4 + 2*3*2 + 12 = 28; m = 3, r = 4 gives
-  // 1 + 3*4 + 3*20 + 120 = 193 and 8 + 48 + 120 + 120 = 296.
+  // Worked values: m = 2, r = 3 gives 1 + 2*3 + 3*4 = 19 and 4 + 2*3*2 + 12 = 28; m = 3, r = 4
+  // gives 1 + 3*4 + 3*20 + 120 = 193 and 8 + 48 + 120 + 120 = 296.
   REQUIRE(closed_form(2, 3, false) == 19);
   REQUIRE(closed_form(2, 3, true) == 28);
   REQUIRE(closed_form(3, 4, false) == 193);

@@ -6,10 +6,8 @@
 //   - local shapes multiply back to the global shape;
 //   - the reverse map (locate) names exactly the devices whose slice contains the index, and the
 //     local index inside that slice.
-#include <catch2/catch.hpp>
-
 #include <carto/spec.hpp>
-
+#include <catch2/catch.hpp>
 #include <map>
 #include <vector>
 

@@ -1,6 +1,5 @@
-#include <catch2/catch.hpp>
-
 #include <carto/spec.hpp>
+#include <catch2/catch.hpp>
 
 using namespace carto;
 
@@ -33,7 +32,8 @@ TEST_CASE("spec equality: ordered per dim, partial as a set", "[spec][sharding]"
   REQUIRE_FALSE(parse_spec("R|P(dp)").is_replicated());
 }
 
-TEST_CASE("validation reports each problem with the tensor, dim, sizes and spec", "[spec][sharding]") {
+TEST_CASE("validation reports each problem with the tensor, dim, sizes and spec",
+          "[spec][sharding]") {
   const DeviceMesh mesh = parse_mesh("dp=2,tp=4");
   const TensorShape x = parse_shape("batch=8,seq=30,hidden=64");
 
@@ -45,9 +45,10 @@ TEST_CASE("validation reports each problem with the tensor, dim, sizes and spec"
   SECTION("rank mismatch") {
     const SpecCheck c = validate(x, parse_spec("S(dp),R"), mesh);
     REQUIRE(c.problem == SpecProblem::rank_mismatch);
-    REQUIRE_THROWS_WITH(check_spec(x, parse_spec("S(dp),R"), mesh, "activation"),
-                        Catch::Contains("spec 'S(dp),R' of activation (batch=8, seq=30, hidden=64)") &&
-                            Catch::Contains("the spec has 2 dims but the tensor has rank 3"));
+    REQUIRE_THROWS_WITH(
+        check_spec(x, parse_spec("S(dp),R"), mesh, "activation"),
+        Catch::Contains("spec 'S(dp),R' of activation (batch=8, seq=30, hidden=64)") &&
+            Catch::Contains("the spec has 2 dims but the tensor has rank 3"));
   }
   SECTION("unknown axis") {
     const SpecCheck c = validate(x, parse_spec("S(dp),R,S(mp)"), mesh);

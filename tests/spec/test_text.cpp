@@ -1,9 +1,7 @@
 // Text forms: print/parse round trips over every enumerated spec, errors that name the position and
 // what was expected, and a fuzz run in which nothing but carto::Error may come out of the parsers.
-#include <catch2/catch.hpp>
-
 #include <carto/spec.hpp>
-
+#include <catch2/catch.hpp>
 #include <random>
 #include <string>
 
@@ -15,7 +13,8 @@ TEST_CASE("print then parse gives the same spec, for every enumerated spec", "[s
   std::size_t n = 0;
   for (const DeviceMesh& mesh : testing::small_meshes()) {
     for (const TensorShape& shape : testing::small_shapes()) {
-      for (const ShardingSpec& s : enumerate_specs(shape, mesh, {.partial = PartialSpecs::include})) {
+      for (const ShardingSpec& s :
+           enumerate_specs(shape, mesh, {.partial = PartialSpecs::include})) {
         const std::string text = to_string(s);
         INFO(text);
         REQUIRE(parse_spec(text) == s);
@@ -61,10 +60,10 @@ TEST_CASE("malformed specs name the position and what was expected", "[spec][tex
   for (const Case& c : cases) {
     INFO(c.text);
     REQUIRE_THROWS_AS(parse_spec(c.text), Error);
-    REQUIRE_THROWS_WITH(parse_spec(c.text),
-                        Catch::StartsWith(std::string("carto: cannot parse sharding spec '") +
-                                          c.text + "': ") &&
-                            Catch::Contains(c.message));
+    REQUIRE_THROWS_WITH(
+        parse_spec(c.text),
+        Catch::StartsWith(std::string("carto: cannot parse sharding spec '") + c.text + "': ") &&
+            Catch::Contains(c.message));
   }
 }
 
@@ -76,15 +75,15 @@ TEST_CASE("meshes and shapes print and parse", "[spec][text]") {
     REQUIRE(parse_shape(to_string(shape)) == shape);
   }
   REQUIRE(parse_mesh("dp=2, tp=4") == DeviceMesh{{"dp", 2}, {"tp", 4}});
-  REQUIRE(parse_shape("8,2048,12288") ==
-          TensorShape{{"d0", 8}, {"d1", 2048}, {"d2", 12288}});
+  REQUIRE(parse_shape("8,2048,12288") == TensorShape{{"d0", 8}, {"d1", 2048}, {"d2", 12288}});
   REQUIRE_THROWS_WITH(parse_mesh("dp=0"), Catch::Contains("expected an axis size of at least 1"));
   REQUIRE_THROWS_WITH(parse_mesh("dp=2,dp=2"), Catch::Contains("both named 'dp'"));
   REQUIRE_THROWS_WITH(parse_mesh("dp"), Catch::Contains("at position 2: expected ':' or '='"));
   REQUIRE_THROWS_WITH(parse_mesh("a=1,b=1,c=1,d=1"), Catch::Contains("at most 3 axes"));
   REQUIRE_THROWS_WITH(parse_mesh("dp=99999999999999999999"),
                       Catch::Contains("an integer that fits in 64 bits"));
-  REQUIRE_THROWS_WITH(parse_shape("8,,2"), Catch::Contains("at position 2: expected a dim extent or name"));
+  REQUIRE_THROWS_WITH(parse_shape("8,,2"),
+                      Catch::Contains("at position 2: expected a dim extent or name"));
   REQUIRE_THROWS_WITH(parse_shape("8,0"), Catch::Contains("a dim extent of at least 1"));
 }
 
@@ -98,8 +97,9 @@ TEST_CASE("fuzz: random strings give a value or a carto::Error, never a crash", 
     const int length = std::uniform_int_distribution<int>(0, 24)(rng);
     const bool bytes = trial % 3 == 0;  // a third are arbitrary bytes, NUL included
     for (int i = 0; i < length; ++i) {
-      text += bytes ? static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng))
-                    : alphabet[std::uniform_int_distribution<std::size_t>(0, alphabet.size() - 1)(rng)];
+      text +=
+          bytes ? static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng))
+                : alphabet[std::uniform_int_distribution<std::size_t>(0, alphabet.size() - 1)(rng)];
     }
     auto attempt = [&](auto&& parse) {
       try {

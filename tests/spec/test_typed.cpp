@@ -1,8 +1,7 @@
 // The compile-time form: Tensor / Mesh / Spec types checked by Sharded, agreeing with the run-time
 // functions. (Misuses are compile errors: see tests/compile_fail/.)
-#include <catch2/catch.hpp>
-
 #include <carto/spec.hpp>
+#include <catch2/catch.hpp>
 
 using namespace carto;
 
@@ -38,7 +37,8 @@ TEST_CASE("dynamic extents are checked at run time", "[spec][typed]") {
   using S = Sharded<Dyn, M, Spec<Shard<"dp", "tp">, Replicate>>;
   const S ok{Dyn{Shape<Batch, Hidden>{Batch{16}}}, "activation"};
   REQUIRE(ok.local_shape().extent(TensorDim{0}) == 2);
-  REQUIRE_THROWS_WITH((S{Dyn{Shape<Batch, Hidden>{Batch{6}}}, "activation"}),
-                      Catch::Contains("spec 'S(dp,tp),R' of activation (batch=6, hidden=768)") &&
-                          Catch::Contains("dim 0 ('batch', extent 6) does not divide evenly into 8"));
+  REQUIRE_THROWS_WITH(
+      (S{Dyn{Shape<Batch, Hidden>{Batch{6}}}, "activation"}),
+      Catch::Contains("spec 'S(dp,tp),R' of activation (batch=6, hidden=768)") &&
+          Catch::Contains("dim 0 ('batch', extent 6) does not divide evenly into 8"));
 }

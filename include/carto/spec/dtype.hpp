@@ -47,6 +47,8 @@ constexpr std::optional<DType> parse_dtype(std::string_view text) {
   return std::nullopt;
 }
 
-inline std::ostream& operator<<(std::ostream& out, DType type) { return out << to_string_view(type); }
+inline std::ostream& operator<<(std::ostream& out, DType type) {
+  return out << to_string_view(type);
+}
 
 }  // namespace carto

@@ -27,7 +27,8 @@ struct EnumerateOptions {
   PartialSpecs partial = PartialSpecs::exclude;
 };
 
-constexpr std::vector<ShardingSpec> enumerate_specs(const TensorShape& shape, const DeviceMesh& mesh,
+constexpr std::vector<ShardingSpec> enumerate_specs(const TensorShape& shape,
+                                                    const DeviceMesh& mesh,
                                                     EnumerateOptions options = {}) {
   const std::size_t m = mesh.num_axes();
   const std::size_t r = shape.rank();

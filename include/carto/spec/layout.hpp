@@ -36,7 +36,8 @@ struct Slice {
 namespace detail {
 constexpr void require_valid(const TensorShape& shape, const ShardingSpec& spec,
                              const DeviceMesh& mesh) {
-  if (SpecCheck c = validate(shape, spec, mesh); !c.ok()) spec_problem("tensor", &shape, spec, mesh, c);
+  if (SpecCheck c = validate(shape, spec, mesh); !c.ok())
+    spec_problem("tensor", &shape, spec, mesh, c);
 }
 }  // namespace detail
 
@@ -135,7 +136,8 @@ constexpr ElementLocation locate(const TensorShape& shape, const ShardingSpec& s
 // coordinates differ only on axes that shard no dim.
 constexpr std::vector<std::int64_t> replica_group(const ShardingSpec& spec, const DeviceMesh& mesh,
                                                   std::int64_t device) {
-  if (SpecCheck c = validate(spec, mesh); !c.ok()) detail::spec_problem("tensor", nullptr, spec, mesh, c);
+  if (SpecCheck c = validate(spec, mesh); !c.ok())
+    detail::spec_problem("tensor", nullptr, spec, mesh, c);
   const MeshCoord mine = mesh.coord(device);
   std::vector<std::int64_t> group;
   for (std::int64_t dev = 0; dev < mesh.num_devices(); ++dev) {

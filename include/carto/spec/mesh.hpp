@@ -31,11 +31,19 @@ struct MeshAxis {
 // Per-axis coordinates of one device.
 using MeshCoord = StaticVector<std::int64_t, kMaxMeshAxes>;
 
-enum class MeshProblem : std::uint8_t { none, no_axes, too_many_axes, bad_name, duplicate_name, bad_size };
+enum class MeshProblem : std::uint8_t {
+  none,
+  no_axes,
+  too_many_axes,
+  bad_name,
+  duplicate_name,
+  bad_size
+};
 
 struct MeshCheck {
   constexpr MeshCheck() = default;
-  constexpr MeshCheck(MeshProblem p, std::size_t a = 0, std::size_t o = 0) : problem(p), axis(a), other(o) {}
+  constexpr MeshCheck(MeshProblem p, std::size_t a = 0, std::size_t o = 0)
+      : problem(p), axis(a), other(o) {}
   MeshProblem problem = MeshProblem::none;
   std::size_t axis = 0;   // the offending axis
   std::size_t other = 0;  // for duplicate_name: the earlier axis with the same name
@@ -168,8 +176,9 @@ constexpr void DeviceMesh::validate_or_throw() const {
 
 template <FixedString N, std::int64_t Size>
 struct Axis {
-  static_assert(is_valid_name(N.view()),
-                "carto: a mesh Axis name must be 1-23 letters, digits or '_' and not start with a digit");
+  static_assert(
+      is_valid_name(N.view()),
+      "carto: a mesh Axis name must be 1-23 letters, digits or '_' and not start with a digit");
   static_assert(Size >= 1, "carto: a mesh Axis size must be at least 1");
   static constexpr MeshAxis value() { return MeshAxis{AxisName(N.view()), Size}; }
 };
@@ -183,7 +192,8 @@ template <class... Axes>
 struct Mesh {
   static_assert((is_axis<Axes>::value && ...), "carto: every Mesh argument must be a carto::Axis");
   static_assert(sizeof...(Axes) >= 1, "carto: a Mesh needs at least one Axis");
-  static_assert(sizeof...(Axes) <= kMaxMeshAxes, "carto: a Mesh has at most 3 axes (1-D, 2-D or 3-D)");
+  static_assert(sizeof...(Axes) <= kMaxMeshAxes,
+                "carto: a Mesh has at most 3 axes (1-D, 2-D or 3-D)");
 
   static constexpr StaticVector<MeshAxis, kMaxMeshAxes> axis_list() {
     StaticVector<MeshAxis, kMaxMeshAxes> v;

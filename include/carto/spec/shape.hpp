@@ -66,7 +66,8 @@ class TensorShape {
       detail::fail("carto: dim '", d.name, "' has extent ", d.extent, "; extents must be positive");
     }
     if (dims_.size() == kMaxRank) {
-      detail::fail("carto: a shape has at most ", kMaxRank, " dims; adding '", d.name, "' exceeds it");
+      detail::fail("carto: a shape has at most ", kMaxRank, " dims; adding '", d.name,
+                   "' exceeds it");
     }
     dims_.push_back(d);
   }
@@ -120,8 +121,9 @@ template <FixedString N, std::int64_t Extent = dynamic_extent>
 struct Dim {
   static_assert(detail::dim_name_ok<N>(),
                 "carto: a Dim name must be 1-23 letters, digits or '_' and not start with a digit");
-  static_assert(Extent > 0, "carto: a static Dim extent must be positive (or omit it for a "
-                            "dynamic extent: Dim<\"batch\">)");
+  static_assert(Extent > 0,
+                "carto: a static Dim extent must be positive (or omit it for a "
+                "dynamic extent: Dim<\"batch\">)");
   static constexpr bool is_static = true;
   static constexpr DimName name() { return DimName(N.view()); }
   static constexpr std::int64_t extent() { return Extent; }
@@ -136,7 +138,8 @@ struct Dim<N, dynamic_extent> {
   static constexpr bool is_static = false;
   static constexpr std::int64_t static_extent = dynamic_extent;
   constexpr explicit Dim(std::int64_t extent) : extent_(extent) {
-    if (extent < 1) detail::fail("carto: dim '", N.view(), "' got extent ", extent, "; it must be positive");
+    if (extent < 1)
+      detail::fail("carto: dim '", N.view(), "' got extent ", extent, "; it must be positive");
   }
   static constexpr DimName name() { return DimName(N.view()); }
   [[nodiscard]] constexpr std::int64_t extent() const { return extent_; }
@@ -162,24 +165,21 @@ class Shape {
   static constexpr bool is_static = (Dims::is_static && ...);
   static constexpr std::int64_t static_extents[rank > 0 ? rank : 1] = {Dims::static_extent...};
 
-  constexpr Shape()
-    requires(is_static)
-  = default;
+  constexpr Shape() requires(is_static) = default;
   template <class... Dynamic>
   constexpr explicit Shape(Dynamic... dynamic_dims) : dims_(make_dims(dynamic_dims...)) {}
 
   [[nodiscard]] constexpr TensorShape value() const {
     TensorShape out;
-    std::apply([&](const auto&... d) { (out.push_back(DimExtent{d.name(), d.extent()}), ...); },
-               dims_);
+    std::apply(
+        [&](const auto&... d) {
+          (out.push_back(DimExtent{d.name(), d.extent()}), ...);
+        },
+        dims_);
     return out;
   }
   // Only for fully static shapes: the value as a constant.
-  static constexpr TensorShape static_value()
-    requires(is_static)
-  {
-    return Shape{}.value();
-  }
+  static constexpr TensorShape static_value() requires(is_static) { return Shape{}.value(); }
 
  private:
   template <class D, class... Dynamic>

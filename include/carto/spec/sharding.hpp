@@ -1,11 +1,11 @@
 // carto/spec/sharding.hpp — Shard / Replicate / Partial placements and ShardingSpec.
 //
-// Design note (see docs/DESIGN.md §2): a ShardingSpec of a rank-r tensor gives, for each tensor dim,
-// the ordered list of mesh axes the dim is split over (empty = not split), plus the set of mesh
-// axes over which the tensor is Partial (each device holds a summand; the logical value is their
-// sum). Every mesh axis appears at most once in a spec; axes that appear nowhere are replicated.
-// Splitting a dim over (a, b) means a is the outer and b the inner split: the shard index of a
-// device along that dim is coord[a] * size[b] + coord[b].
+// Design note (see docs/DESIGN.md §2): a ShardingSpec of a rank-r tensor gives, for each tensor
+// dim, the ordered list of mesh axes the dim is split over (empty = not split), plus the set of
+// mesh axes over which the tensor is Partial (each device holds a summand; the logical value is
+// their sum). Every mesh axis appears at most once in a spec; axes that appear nowhere are
+// replicated. Splitting a dim over (a, b) means a is the outer and b the inner split: the shard
+// index of a device along that dim is coord[a] * size[b] + coord[b].
 //
 // Validation against a shape and mesh reports the first problem as a SpecCheck value (so that
 // static_assert can use it) and check_spec() turns it into a carto::Error naming the tensor, dim,
@@ -45,8 +45,8 @@ class ShardingSpec {
   [[nodiscard]] constexpr const AxisList& partial() const { return partial_; }
   [[nodiscard]] constexpr bool is_partial() const { return !partial_.empty(); }
   [[nodiscard]] constexpr bool is_replicated() const {
-    return !is_partial() && std::all_of(dims_.begin(), dims_.end(),
-                                        [](const AxisList& a) { return a.empty(); });
+    return !is_partial() &&
+           std::all_of(dims_.begin(), dims_.end(), [](const AxisList& a) { return a.empty(); });
   }
 
   // Builders; they do not validate (see check_spec / validate).
@@ -132,7 +132,8 @@ struct AxisListPrinter {
 };
 }  // namespace detail
 
-// ---- validation ----------------------------------------------------------------------------------
+// ---- validation
+// ----------------------------------------------------------------------------------
 
 enum class SpecProblem : std::uint8_t {
   none,
@@ -148,10 +149,10 @@ struct SpecCheck {
                       std::int64_t f = 0)
       : problem(p), dim(d), axis(a), extent(e), divisor(f) {}
   SpecProblem problem = SpecProblem::none;
-  std::size_t dim = 0;        // offending tensor dim (or partial: kPartialDim)
-  AxisName axis;              // offending axis, for unknown_axis / axis_used_twice
-  std::int64_t extent = 0;    // for uneven_split
-  std::int64_t divisor = 0;   // for uneven_split
+  std::size_t dim = 0;       // offending tensor dim (or partial: kPartialDim)
+  AxisName axis;             // offending axis, for unknown_axis / axis_used_twice
+  std::int64_t extent = 0;   // for uneven_split
+  std::int64_t divisor = 0;  // for uneven_split
   [[nodiscard]] constexpr bool ok() const { return problem == SpecProblem::none; }
 };
 inline constexpr std::size_t kPartialDim = static_cast<std::size_t>(-1);
@@ -205,27 +206,31 @@ namespace detail {
 [[noreturn]] inline void spec_problem(std::string_view tensor, const TensorShape* shape,
                                       const ShardingSpec& spec, const DeviceMesh& mesh,
                                       const SpecCheck& check) {
-  const std::string where = concat("carto: spec '", spec, "' of ", tensor,
-                                   shape != nullptr ? concat(" ", *shape) : std::string(),
-                                   " on mesh ", mesh, ": ");
+  const std::string where =
+      concat("carto: spec '", spec, "' of ", tensor,
+             shape != nullptr ? concat(" ", *shape) : std::string(), " on mesh ", mesh, ": ");
   switch (check.problem) {
     case SpecProblem::rank_mismatch:
       fail(where, "the spec has ", check.divisor, " dims but the tensor has rank ", check.extent,
            "; give one placement (S(...) or R) per tensor dim");
     case SpecProblem::unknown_axis:
-      fail(where, "axis '", check.axis, "' is not an axis of the mesh",
-           check.dim == kPartialDim ? std::string(" (in P(...))") : concat(" (dim ", check.dim, ")"),
-           "; the mesh axes are ", mesh);
+      fail(
+          where, "axis '", check.axis, "' is not an axis of the mesh",
+          check.dim == kPartialDim ? std::string(" (in P(...))") : concat(" (dim ", check.dim, ")"),
+          "; the mesh axes are ", mesh);
     case SpecProblem::axis_used_twice:
       fail(where, "mesh axis '", check.axis, "' is used more than once",
-           check.dim == kPartialDim ? std::string(" (again in P(...))") : concat(" (again in dim ", check.dim, ")"),
+           check.dim == kPartialDim ? std::string(" (again in P(...))")
+                                    : concat(" (again in dim ", check.dim, ")"),
            "; each mesh axis may split one dim or be Partial, once");
     case SpecProblem::uneven_split:
-      fail(where, "dim ", check.dim, " ('", shape != nullptr ? shape->dims()[check.dim].name : DimName{},
-           "', extent ", check.extent, ") does not divide evenly into ", check.divisor,
-           " shards (", spec.dims()[check.dim].size() == 1 ? "axis " : "axes ",
-           concat(AxisListPrinter{spec.dims()[check.dim]}), "); use an extent that is a multiple of ",
-           check.divisor, " or split it over fewer devices");
+      fail(where, "dim ", check.dim, " ('",
+           shape != nullptr ? shape->dims()[check.dim].name : DimName{}, "', extent ", check.extent,
+           ") does not divide evenly into ", check.divisor, " shards (",
+           spec.dims()[check.dim].size() == 1 ? "axis " : "axes ",
+           concat(AxisListPrinter{spec.dims()[check.dim]}),
+           "); use an extent that is a multiple of ", check.divisor,
+           " or split it over fewer devices");
     case SpecProblem::none: break;
   }
   fail(where, "invalid spec");
@@ -241,10 +246,12 @@ inline void check_spec(const TensorShape& shape, const ShardingSpec& spec, const
 }
 inline void check_spec(const ShardingSpec& spec, const DeviceMesh& mesh,
                        std::string_view tensor = "tensor") {
-  if (SpecCheck c = validate(spec, mesh); !c.ok()) detail::spec_problem(tensor, nullptr, spec, mesh, c);
+  if (SpecCheck c = validate(spec, mesh); !c.ok())
+    detail::spec_problem(tensor, nullptr, spec, mesh, c);
 }
 
-// ---- compile-time placements ---------------------------------------------------------------------
+// ---- compile-time placements
+// ---------------------------------------------------------------------
 
 struct Replicate {
   static constexpr bool is_partial = false;
@@ -293,8 +300,9 @@ struct Spec {
     ((seen_partial ? (ok = false) : (seen_partial = Placements::is_partial)), ...);
     return ok;
   }
-  static_assert(num_partial <= 1 && partial_last(),
-                "carto: Partial<...> may appear once, as the last argument of Spec (it is not a dim)");
+  static_assert(
+      num_partial <= 1 && partial_last(),
+      "carto: Partial<...> may appear once, as the last argument of Spec (it is not a dim)");
 
  public:
   static constexpr std::size_t rank = sizeof...(Placements) - num_partial;

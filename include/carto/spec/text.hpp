@@ -99,7 +99,8 @@ inline AxisList parse_axis_list(Cursor& in) {
   AxisList axes;
   in.expect('(', "'(' after S or P");
   do {
-    if (axes.size() == kMaxMeshAxes) in.error(detail::concat("')': at most ", kMaxMeshAxes, " axes in one list"));
+    if (axes.size() == kMaxMeshAxes)
+      in.error(detail::concat("')': at most ", kMaxMeshAxes, " axes in one list"));
     axes.push_back(AxisName(in.name("a mesh axis name")));
   } while (in.accept(','));
   in.expect(')', "',' or ')' in an axis list");
@@ -113,7 +114,8 @@ inline ShardingSpec parse_spec(std::string_view text) {
   ShardingSpec spec;
   if (!in.at_end() && in.peek() != '|') {
     do {
-      if (spec.rank() == kMaxRank) in.error(detail::concat("the end: a spec has at most ", kMaxRank, " dims"));
+      if (spec.rank() == kMaxRank)
+        in.error(detail::concat("the end: a spec has at most ", kMaxRank, " dims"));
       if (in.accept('R')) {
         spec.add_dim();
       } else if (in.accept('S')) {
@@ -136,7 +138,8 @@ inline DeviceMesh parse_mesh(std::string_view text) {
   const bool braced = in.accept('{');
   StaticVector<MeshAxis, kMaxMeshAxes> axes;
   do {
-    if (axes.size() == kMaxMeshAxes) in.error(detail::concat("the end: a mesh has at most ", kMaxMeshAxes, " axes"));
+    if (axes.size() == kMaxMeshAxes)
+      in.error(detail::concat("the end: a mesh has at most ", kMaxMeshAxes, " axes"));
     MeshAxis axis;
     axis.name = AxisName(in.name("an axis name"));
     if (!in.accept(':')) in.expect('=', "':' or '=' after the axis name");
@@ -163,7 +166,8 @@ inline TensorShape parse_shape(std::string_view text) {
   const bool paren = in.accept('(');
   TensorShape shape;
   do {
-    if (shape.rank() == kMaxRank) in.error(detail::concat("the end: a shape has at most ", kMaxRank, " dims"));
+    if (shape.rank() == kMaxRank)
+      in.error(detail::concat("the end: a shape has at most ", kMaxRank, " dims"));
     DimExtent dim;
     if (in.peek() >= '0' && in.peek() <= '9') {
       dim.name = DimName(detail::concat("d", shape.rank()));

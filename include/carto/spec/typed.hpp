@@ -35,7 +35,9 @@ struct Tensor {
   ShapeT shape{};
 
   [[nodiscard]] constexpr TensorShape shape_value() const { return shape.value(); }
-  [[nodiscard]] constexpr std::int64_t bytes() const { return shape.value().numel() * size_bytes(Type); }
+  [[nodiscard]] constexpr std::int64_t bytes() const {
+    return shape.value().numel() * size_bytes(Type);
+  }
 };
 
 template <class T>

@@ -23,7 +23,8 @@ template <class Tag>
 class BasicName {
  public:
   constexpr BasicName() = default;
-  constexpr BasicName(std::string_view text) {  // NOLINT(google-explicit-constructor): names read as strings
+  constexpr BasicName(
+      std::string_view text) {  // NOLINT(google-explicit-constructor): names read as strings
     if (text.size() > kMaxNameLength) {
       detail::fail("carto: name '", text, "' is ", text.size(), " characters long; at most ",
                    kMaxNameLength, " are allowed");

@@ -1,9 +1,9 @@
 // carto/spec/sharding.hpp — Shard / Replicate / Partial placements and ShardingSpec.
 //
-// Design note (see docs/DESIGN.md §2): a ShardingSpec of a rank-r tensor gives, for each tensor
-// dim, the ordered list of mesh axes the dim is split over (empty = not split), plus the set of
-// mesh axes over which the tensor is Partial (each device holds a summand; the logical value is
-// their sum). Every mesh axis appears at most once in a spec; axes that appear nowhere are
+// Design note (see docs/architecture.md, "Specs"): a ShardingSpec of a rank-r tensor gives, for
+// each tensor dim, the ordered list of mesh axes the dim is split over (empty = not split), plus
+// the set of mesh axes over which the tensor is Partial (each device holds a summand; the logical
+// value is their sum). Every mesh axis appears at most once in a spec; axes that appear nowhere are
 // replicated. Splitting a dim over (a, b) means a is the outer and b the inner split: the shard
 // index of a device along that dim is coord[a] * size[b] + coord[b].
 //

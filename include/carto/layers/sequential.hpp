@@ -68,7 +68,8 @@ class Sequential {
   static_assert((TypedLayer<Layers> && ...),
                 "carto: every Sequential argument must be a typed layer (input_type, output_type, "
                 "build(Graph&, TensorId) const)");
-  static constexpr bool chain_ok = detail::chain_matches<Layers...>();
+  // Instantiates detail::MismatchedLayers<Out, In> for every adjacent pair (its message names both).
+  static_assert(detail::chain_matches<Layers...>(), "carto: Sequential: adjacent layers' tensor types differ");
 
  public:
   using input_type = typename decltype(+boost::hana::at_c<0>(boost::hana::tuple_t<Layers...>))::type::input_type;

@@ -27,6 +27,15 @@ constexpr double inverse_sqrt(double x) {
   for (int i = 0; i < 64; ++i) r = 0.5 * (r + x / r);
   return 1.0 / r;
 }
+
+// Whether T is a (B, S, H) carto::Tensor whose H splits into Heads heads.
+template <class T, std::int64_t Heads>
+consteval bool heads_fit() {
+  if constexpr (is_tensor<T>::value) {
+    if constexpr (T::rank == 3) return Heads >= 1 && T::shape_type::static_extents[2] % Heads == 0;
+  }
+  return false;
+}
 }  // namespace detail
 
 struct AttentionSpec {
@@ -66,9 +75,9 @@ constexpr TensorId multi_head_attention(Graph& g, TensorId x, const AttentionSpe
 // Typed: MultiHeadAttention<Tensor<bf16, Shape<B, S, H>>, 12>{.kind = AttentionKind::fused}.
 template <class T, std::int64_t Heads>
 struct MultiHeadAttention {
-  static_assert(is_tensor<T>::value && T::rank == 3, "carto: MultiHeadAttention takes (B, S, H) tensors");
-  static_assert(Heads >= 1 && T::shape_type::static_extents[2] % Heads == 0,
-                "carto: the number of heads must divide the hidden size");
+  static_assert(detail::heads_fit<T, Heads>(),
+                "carto: MultiHeadAttention<T, Heads> takes T = Tensor<..., Shape<B, S, H>> with Heads "
+                "dividing H");
   using input_type = T;
   using output_type = T;
   AttentionKind kind = AttentionKind::materialized;

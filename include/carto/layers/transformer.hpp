@@ -59,9 +59,9 @@ struct Mlp {
 
 template <class T, std::int64_t Heads, std::int64_t Ratio = 4>
 struct TransformerBlock {
-  static_assert(is_tensor<T>::value && T::rank == 3, "carto: TransformerBlock takes (B, S, H) tensors");
-  static_assert(Heads >= 1 && T::shape_type::static_extents[2] % Heads == 0,
-                "carto: the number of heads must divide the hidden size");
+  static_assert(detail::heads_fit<T, Heads>(),
+                "carto: TransformerBlock<T, Heads> takes T = Tensor<..., Shape<B, S, H>> with Heads "
+                "dividing H");
   using input_type = T;
   using output_type = T;
   AttentionKind attention = AttentionKind::materialized;

@@ -1,0 +1,136 @@
+// carto-plan as a user runs it: the JSON of `profile` against the published formulas, and one clear
+// error line with exit code 2 for bad input. The binary's path comes from CMake (CARTO_PLAN_PATH).
+#include <sys/wait.h>
+
+#include <array>
+#include <carto/util/json.hpp>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <string>
+
+using carto::Json;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Run run(const std::string& args) {
+  const std::string command = std::string(CARTO_PLAN_PATH) + " " + args + " 2>&1";
+  Run r;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer{};
+  std::size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    r.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+Json profile_json(const std::string& args) {
+  const Run r = run("profile " + args + " --json");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  return Json::parse(r.output);
+}
+
+struct Model {
+  const char* name;
+  std::int64_t l, h, a, V, s;
+};
+
+// The GPT-3-family configurations of Korthikanti et al. 2022, Table 3 (V = 51200, s = 2048).
+constexpr Model kGpt3[] = {{"gpt3-22b", 48, 6144, 64, 51200, 2048},
+                           {"gpt3-175b", 96, 12288, 96, 51200, 2048},
+                           {"gpt3-530b", 105, 20480, 128, 51200, 2048},
+                           {"gpt3-1t", 128, 25600, 160, 51200, 2048}};
+
+}  // namespace
+
+TEST_CASE("carto-plan profile --json agrees with the published formulas", "[tools][profile]") {
+  for (const Model& m : kGpt3) {
+    for (const std::int64_t B : {1, 4}) {
+      INFO(m.name << " batch " << B);
+      const Json p = profile_json(std::string("--model ") + m.name + " --batch " +
+                                  std::to_string(B) + " --layernorm-stats ignored");
+      const std::int64_t l = m.l, h = m.h, a = m.a, V = m.V, s = m.s;
+      // Narayanan et al. 2021 §5.1: P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)) = 12lh² + 13lh + (V+s)h,
+      // plus the final layernorm's 2h, which the formula leaves out.
+      const std::int64_t P = 12 * l * h * h + 13 * l * h + (V + s) * h + 2 * h;
+      REQUIRE(p.at("params").as_int() == P);
+      // Korthikanti et al. 2022 Eq. 7: 72Bslh²(1 + s/(6h) + V/(12lh)) = 72Bslh² + 12Bs²lh + 6BsVh.
+      REQUIRE(p.at("flops").at("matmul_step").as_int() ==
+              72 * B * s * l * h * h + 12 * B * s * s * l * h + 6 * B * s * V * h);
+      // Korthikanti et al. 2022 Eq. 1: sbh(34 + 5as/h) = 34sbh + 5as²b bytes per layer.
+      REQUIRE(p.at("memory").at("activation_bytes_per_layer").as_int() ==
+              34 * s * B * h + 5 * a * s * s * B);
+      // ZeRO (Rajbhandari et al. 2019) §3.1: 2 + 2 + 12 bytes per parameter.
+      REQUIRE(p.at("memory").at("params_bytes").as_int() == 2 * P);
+      REQUIRE(p.at("memory").at("grads_bytes").as_int() == 2 * P);
+      REQUIRE(p.at("memory").at("optimizer_bytes").as_int() == 12 * P);
+      // Parameters and optimizer states persist through the whole step.
+      REQUIRE(p.at("memory").at("peak_bytes").as_int() >= 2 * P + 12 * P);
+    }
+  }
+}
+
+TEST_CASE("carto-plan profile with full recomputation", "[tools][profile]") {
+  const Model m = kGpt3[1];
+  const std::int64_t B = 2, l = m.l, h = m.h, V = m.V, s = m.s;
+  const Json p = profile_json("--model gpt3-175b --batch 2 --recompute full");
+  // Narayanan et al. 2021 Eq. 3: 96Bslh²(1 + s/(6h) + V/(16lh)) = 96Bslh² + 16Bs²lh + 6BsVh.
+  REQUIRE(p.at("flops").at("matmul_step").as_int() ==
+          96 * B * s * l * h * h + 16 * B * s * s * l * h + 6 * B * s * V * h);
+  // Korthikanti et al. 2022 Table 2, full recompute: 2sbh per layer.
+  REQUIRE(p.at("memory").at("activation_bytes_per_layer").as_int() == 2 * s * B * h);
+  REQUIRE(p.at("flops").at("step").as_int() == p.at("flops").at("forward").as_int() +
+                                                   p.at("flops").at("backward").as_int() +
+                                                   p.at("flops").at("recompute").as_int());
+  REQUIRE(p.at("flops").at("recompute").as_int() > 0);
+  REQUIRE(p.at("layers").as_array().size() == static_cast<std::size_t>(l) + 4);
+}
+
+TEST_CASE("carto-plan profile builds a model from size flags", "[tools][profile]") {
+  // GPT-2 124M by hand: 12 layers, h 768, 12 heads, V 50257, s 1024 -> 124,439,808 parameters
+  // (Narayanan et al. 2021 §5.1 formula + 2h for the final layernorm).
+  const Json p = profile_json("--layers 12 --hidden 768 --heads 12 --vocab 50257 --seq 1024");
+  REQUIRE(p.at("params").as_int() == 124439808);
+  REQUIRE(p.at("model").at("name").as_string() == "custom");
+  // Flags override a preset's values.
+  const Json q = profile_json("--model gpt2-124m --layers 2");
+  REQUIRE(q.at("model").at("layers").as_int() == 2);
+  REQUIRE(q.at("params").as_int() ==
+          12 * 2 * 768 * 768 + 13 * 2 * 768 + (50257 + 1024) * 768 + 2 * 768);
+  const Run table = run("profile --model gpt2-124m");
+  REQUIRE(table.code == 0);
+  REQUIRE_THAT(table.output, Catch::Contains("parameters        124,439,808"));
+}
+
+TEST_CASE("carto-plan rejects bad input with one line and exit code 2", "[tools][profile]") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"profile --model gpt9", "unknown model 'gpt9'; the presets are gpt2-124m"},
+      {"profile --hidden 64",
+       "without --model, give --layers, --hidden, --heads, --vocab and --seq"},
+      {"profile --layers 2 --hidden 64 --heads 7 --vocab 10 --seq 8",
+       "heads (7) must divide hidden (64)"},
+      {"profile --model gpt2-124m --batch 0", "--batch needs a positive integer, got '0'"},
+      {"profile --model gpt2-124m --batch 3x", "--batch needs a positive integer, got '3x'"},
+      {"profile --model gpt2-124m --dropout 1", "--dropout needs a probability in [0, 1), got '1'"},
+      {"profile --model gpt2-124m --dtype fp64", "--dtype is one of bf16|fp32, got 'fp64'"},
+      {"profile --model gpt2-124m --frobnicate", "unknown flag --frobnicate"},
+      {"profile --model", "--model needs a value"},
+      {"profile --json --json --model gpt2-124m", "--json is given twice"},
+      {"reticulate", "unknown command 'reticulate'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Run r = run(args);
+    INFO(args << "\n" << r.output);
+    REQUIRE(r.code == 2);
+    REQUIRE_THAT(r.output, Catch::Contains(message));
+    REQUIRE(r.output.find("carto-plan") == 0);
+  }
+}

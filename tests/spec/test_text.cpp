@@ -75,6 +75,12 @@ TEST_CASE("meshes and shapes print and parse", "[spec][text]") {
     REQUIRE(parse_shape(to_string(shape)) == shape);
   }
   REQUIRE(parse_mesh("dp=2, tp=4") == DeviceMesh{{"dp", 2}, {"tp", 4}});
+  REQUIRE(parse_mesh("8x8") == DeviceMesh{{"x", 8}, {"y", 8}});
+  REQUIRE(parse_mesh("16") == DeviceMesh{{"x", 16}});
+  REQUIRE(parse_mesh("2x2x4") == DeviceMesh{{"x", 2}, {"y", 2}, {"z", 4}});
+  REQUIRE_THROWS_WITH(parse_mesh("2x2x2x2"), Catch::Contains("at most 3 axes"));
+  REQUIRE_THROWS_WITH(parse_mesh("2x0"), Catch::Contains("an axis size of at least 1"));
+  REQUIRE_THROWS_WITH(parse_mesh("2y3"), Catch::Contains("at position 1: expected 'x' or the end"));
   REQUIRE(parse_shape("8,2048,12288") == TensorShape{{"d0", 8}, {"d1", 2048}, {"d2", 12288}});
   REQUIRE_THROWS_WITH(parse_mesh("dp=0"), Catch::Contains("expected an axis size of at least 1"));
   REQUIRE_THROWS_WITH(parse_mesh("dp=2,dp=2"), Catch::Contains("both named 'dp'"));

@@ -5,6 +5,7 @@
 //   placement := 'R' | 'S' axes
 //   axes      := '(' name { ',' name } ')'
 //   mesh      := [ '{' ] name (':'|'=') size { ',' name (':'|'=') size } [ '}' ]
+//              | size { 'x' size }                  (axes named x, y, z)
 //   shape     := dim { ',' dim },  dim := extent | name (':'|'=') extent
 // Printing (operator<< of each value type) gives the canonical form, which parses back to an equal
 // value. A parse error is a carto::Error that quotes the input, names the 0-based position and
@@ -107,6 +108,15 @@ inline AxisList parse_axis_list(Cursor& in) {
   return axes;
 }
 
+inline DeviceMesh mesh_from_axes(const StaticVector<MeshAxis, kMaxMeshAxes>& axes) {
+  if (MeshCheck c = DeviceMesh::check(axes); !c.ok()) mesh_problem(axes, c);
+  switch (axes.size()) {
+    case 1: return DeviceMesh{axes[0]};
+    case 2: return DeviceMesh{axes[0], axes[1]};
+    default: return DeviceMesh{axes[0], axes[1], axes[2]};
+  }
+}
+
 }  // namespace detail
 
 inline ShardingSpec parse_spec(std::string_view text) {
@@ -133,10 +143,24 @@ inline ShardingSpec parse_spec(std::string_view text) {
   return spec;
 }
 
+// "dp=2,tp=4", "{dp:2, tp:4}" (the printed form), or the shorthand "2x4", whose axes are named x,
+// y, z in order (the last one innermost).
 inline DeviceMesh parse_mesh(std::string_view text) {
   detail::Cursor in(text, "mesh");
-  const bool braced = in.accept('{');
   StaticVector<MeshAxis, kMaxMeshAxes> axes;
+  if (in.peek() >= '0' && in.peek() <= '9') {
+    constexpr std::string_view kShorthandNames[] = {"x", "y", "z"};
+    do {
+      if (axes.size() == kMaxMeshAxes)
+        in.error(detail::concat("the end: a mesh has at most ", kMaxMeshAxes, " axes"));
+      const std::int64_t size = in.integer("an axis size (a positive integer)");
+      if (size < 1) in.error("an axis size of at least 1");
+      axes.push_back(MeshAxis{AxisName(kShorthandNames[axes.size()]), size});
+    } while (in.accept('x'));
+    if (!in.at_end()) in.error("'x' or the end");
+    return detail::mesh_from_axes(axes);
+  }
+  const bool braced = in.accept('{');
   do {
     if (axes.size() == kMaxMeshAxes)
       in.error(detail::concat("the end: a mesh has at most ", kMaxMeshAxes, " axes"));
@@ -149,14 +173,7 @@ inline DeviceMesh parse_mesh(std::string_view text) {
   } while (in.accept(','));
   if (braced) in.expect('}', "',' or '}'");
   if (!in.at_end()) in.error("',' or the end");
-  if (MeshCheck c = DeviceMesh::check(axes); !c.ok()) detail::mesh_problem(axes, c);
-  DeviceMesh mesh;
-  switch (axes.size()) {
-    case 1: mesh = DeviceMesh{axes[0]}; break;
-    case 2: mesh = DeviceMesh{axes[0], axes[1]}; break;
-    default: mesh = DeviceMesh{axes[0], axes[1], axes[2]}; break;
-  }
-  return mesh;
+  return detail::mesh_from_axes(axes);
 }
 
 // "8,2048,12288" names the dims d0, d1, ...; "batch=8,seq=2048" names them; "(batch=8, seq=2048)"

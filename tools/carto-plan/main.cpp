@@ -18,6 +18,7 @@ const char* const kUsage =
     "commands:\n"
     "  profile   FLOPs, parameters and memory of one training step of a GPT model, per layer\n"
     "  models    the model presets\n"
+    "  reshard   the cheapest steps from one sharding spec of a tensor to another, time and memory\n"
     "'carto-plan <command> --help' lists a command's flags.\n";
 
 }  // namespace
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "profile") return carto::tools::profile_command(args, std::cout);
     if (command == "models") return carto::tools::models_command(args, std::cout);
+    if (command == "reshard") return carto::tools::reshard_command(args, std::cout);
     if (command == "--help" || command == "-h" || command == "help") {
       std::cout << kUsage;
       return 0;

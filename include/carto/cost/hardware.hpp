@@ -158,7 +158,7 @@ inline LinkLevel infiniband_ndr400(std::int64_t devices) {
 inline HardwareProfile h100() {
   return {
       .name = "h100",
-      .description = "8x H100 SXM 80GB, NVLink 4 + NVSwitch (one node)",
+      .description = "8x H100 SXM 80GB, NVLink 4 + NVSwitch",
       // H100 SXM datasheet, dense: FP32 67, BF16/FP16 989, FP8 1979 TFLOP/s.
       .peak_flops = {.fp32 = 67 * kTFLOPS,
                      .bf16 = 989 * kTFLOPS,
@@ -177,7 +177,7 @@ inline HardwareProfile h100() {
 inline HardwareProfile h200() {
   return {
       .name = "h200",
-      .description = "8x H200 SXM 141GB, NVLink 4 + NVSwitch (one node)",
+      .description = "8x H200 SXM 141GB, NVLink 4 + NVSwitch",
       // Same compute as H100 SXM (datasheet): FP32 67, BF16/FP16 989, FP8 1979 TFLOP/s dense.
       .peak_flops = {.fp32 = 67 * kTFLOPS,
                      .bf16 = 989 * kTFLOPS,
@@ -197,7 +197,7 @@ inline HardwareProfile h200() {
 inline HardwareProfile a100() {
   return {
       .name = "a100",
-      .description = "8x A100 SXM 80GB, NVLink 3 + NVSwitch (one node)",
+      .description = "8x A100 SXM 80GB, NVLink 3 + NVSwitch",
       // A100 datasheet: FP32 19.5 (non-tensor-core), BF16/FP16 312 TFLOP/s dense; no FP8.
       .peak_flops = {.fp32 = 19.5 * kTFLOPS, .bf16 = 312 * kTFLOPS, .fp16 = 312 * kTFLOPS},
       .matmul_efficiency = 0.87,  // cuBLAS ~271 of 312 TFLOP/s (ml-engineering MAMF table)
@@ -213,7 +213,7 @@ inline HardwareProfile a100() {
 inline HardwareProfile pcie() {
   return {
       .name = "pcie",
-      .description = "8x A100 PCIe 80GB, PCIe 4.0 x16 host bridges, no NVLink (one box)",
+      .description = "8x A100 PCIe 80GB, PCIe 4.0 x16 host bridges, no NVLink",
       // A100 PCIe datasheet: FP32 19.5, BF16/FP16 312 TFLOP/s dense.
       .peak_flops = {.fp32 = 19.5 * kTFLOPS, .bf16 = 312 * kTFLOPS, .fp16 = 312 * kTFLOPS},
       .matmul_efficiency = 0.87,  // as A100 SXM (ml-engineering MAMF table)
@@ -263,7 +263,7 @@ inline HardwareProfile cluster(const HardwareProfile& node, ClusterOptions optio
   HardwareProfile out = node;
   out.name = detail::concat(node.name, "x", options.nodes);
   out.description = detail::concat(options.nodes, " nodes of ", node.description,
-                                   ", joined by InfiniBand (one NIC per device)");
+                                   "; nodes joined by InfiniBand, one NIC per device");
   out.links.push_back({.name = "infiniband",
                        .devices = node.devices() * options.nodes,
                        .bandwidth = options.network_bandwidth,

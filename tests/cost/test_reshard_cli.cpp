@@ -1,8 +1,6 @@
 // carto-plan reshard as a user runs it: the JSON report against the library and the closed form,
 // and one error line with exit code 2 for bad input. The binary's path comes from CMake
 // (CARTO_PLAN_PATH).
-#include <sys/wait.h>
-
 #include <array>
 #include <carto/cost.hpp>
 #include <carto/spec.hpp>
@@ -12,30 +10,15 @@
 #include <string>
 
 #include "cost/cost_support.hpp"
+#include "support/carto_plan_run.hpp"
 
 using namespace carto;
 using carto::test::close;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Run run(const std::string& args) {
-  const std::string command = std::string(CARTO_PLAN_PATH) + " " + args + " 2>&1";
-  Run r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  std::size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    r.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using carto::testing::Run;
+Run run(const std::string& args) { return carto::testing::run_carto_plan(args); }
 
 const std::string kIssueExample =
     "reshard --shape 8,2048,12288 --from 'S(dp),R,R' --to 'R,R,S(tp)' --mesh dp=8,tp=8 "

@@ -1,35 +1,19 @@
 // carto-plan as a user runs it: the JSON of `profile` against the published formulas, and one clear
 // error line with exit code 2 for bad input. The binary's path comes from CMake (CARTO_PLAN_PATH).
-#include <sys/wait.h>
-
 #include <array>
 #include <carto/util/json.hpp>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <string>
 
+#include "support/carto_plan_run.hpp"
+
 using carto::Json;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Run run(const std::string& args) {
-  const std::string command = std::string(CARTO_PLAN_PATH) + " " + args + " 2>&1";
-  Run r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  std::size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    r.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using carto::testing::Run;
+Run run(const std::string& args) { return carto::testing::run_carto_plan(args); }
 
 Json profile_json(const std::string& args) {
   const Run r = run("profile " + args + " --json");

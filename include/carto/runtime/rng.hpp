@@ -1,0 +1,182 @@
+// carto/runtime/rng.hpp — the counter-based random numbers of parameters and dropout masks.
+//
+// Design note (DESIGN.md §7): every random value is a pure function of (seed, stream id, global
+// element index), computed by Philox4x32-10 (Salmon, Moraes, Dror, Shaw 2011, "Parallel random
+// numbers: as easy as 1, 2, 3", SC'11). A device that holds any shard of a tensor computes exactly the
+// values a single device computes for the same global indices, with no state to carry and no
+// communication; a recomputed block (activation checkpointing) regenerates the same dropout masks.
+//
+// Mapping (fixed; changing it changes every run's numbers):
+//  - key     = (seed low 32 bits, seed high 32 bits);
+//  - counter = (block low, block high, stream low, stream high), block = index / 4 for 32-bit
+//    words (word index % 4 of the output) and index / 2 for normals (words 2·(index % 2) and
+//    2·(index % 2) + 1 feed one Box–Muller transform);
+//  - uniform: the top 24 bits of the word times 2^-24, a float in [0, 1) with every value exact;
+//  - normal: Box–Muller, sqrt(-2 ln u1) · cos(2π u2) in double with u1 in (0, 1], u2 in [0, 1),
+//    rounded once to float (|z| ≤ 6.67);
+//  - keep (dropout): uniform >= probability, so P(keep) = 1 - ceil(p·2^24)/2^24.
+// A stream id serves one purpose (one parameter's init, one dropout op at one micro-batch):
+// stream_id() packs (purpose, object, step) so that different purposes never share a stream.
+// Everything but the normals is constexpr (std::log and std::cos are not constexpr in C++20).
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <numbers>
+
+#include "carto/error.hpp"
+#include "carto/spec/layout.hpp"
+
+namespace carto {
+
+using PhiloxCounter = std::array<std::uint32_t, 4>;
+using PhiloxKey = std::array<std::uint32_t, 2>;
+
+// Philox4x32 with `Rounds` rounds (10 is the published default, Random123's philox4x32_R).
+template <int Rounds = 10>
+constexpr PhiloxCounter philox4x32(PhiloxCounter counter, PhiloxKey key) {
+  constexpr std::uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr std::uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+  for (int round = 0; round < Rounds; ++round) {
+    if (round > 0) {  // the key schedule bumps before rounds 2..R
+      key[0] += kWeyl0;
+      key[1] += kWeyl1;
+    }
+    const std::uint64_t p0 = std::uint64_t{kMul0} * counter[0];
+    const std::uint64_t p1 = std::uint64_t{kMul1} * counter[2];
+    const auto hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
+    const auto hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
+    counter = {hi1 ^ counter[1] ^ key[0], lo1, hi0 ^ counter[3] ^ key[1], lo0};
+  }
+  return counter;
+}
+
+// One random stream: a run's seed and a stream id.
+struct RngStream {
+  std::uint64_t seed = 0;
+  std::uint64_t id = 0;
+};
+
+enum class RngPurpose : std::uint8_t { parameter_init = 1, dropout = 2, test = 3 };
+
+// id = purpose (8 bits) | object (24 bits: a parameter or op number) | step (32 bits: the optimizer
+// step times micro-batches plus the micro-batch, for dropout; 0 for init).
+constexpr std::uint64_t stream_id(RngPurpose purpose, std::uint32_t object, std::uint32_t step) {
+  if (object >= (1u << 24)) detail::fail("carto: stream_id object ", object, " needs more than 24 bits");
+  return (std::uint64_t{static_cast<std::uint8_t>(purpose)} << 56) |
+         (std::uint64_t{object} << 32) | step;
+}
+
+namespace rng {
+
+constexpr PhiloxCounter block(RngStream s, std::uint64_t block_index) {
+  return philox4x32<10>(
+      {static_cast<std::uint32_t>(block_index), static_cast<std::uint32_t>(block_index >> 32),
+       static_cast<std::uint32_t>(s.id), static_cast<std::uint32_t>(s.id >> 32)},
+      {static_cast<std::uint32_t>(s.seed), static_cast<std::uint32_t>(s.seed >> 32)});
+}
+
+constexpr float word_to_uniform(std::uint32_t word) {
+  return static_cast<float>(word >> 8) * 0x1.0p-24f;  // [0, 1), exact
+}
+
+// 32 random bits for element `index`.
+constexpr std::uint32_t bits(RngStream s, std::int64_t index) {
+  const auto i = static_cast<std::uint64_t>(index);
+  return block(s, i / 4)[i % 4];
+}
+
+// Uniform in [0, 1).
+constexpr float uniform(RngStream s, std::int64_t index) { return word_to_uniform(bits(s, index)); }
+
+// Dropout: whether element `index` is kept when each element is dropped with `probability`.
+constexpr bool keep(RngStream s, std::int64_t index, float probability) {
+  return uniform(s, index) >= probability;
+}
+
+// Standard normal by Box–Muller over two words of one Philox block.
+inline float normal(RngStream s, std::int64_t index) {
+  const auto i = static_cast<std::uint64_t>(index);
+  const PhiloxCounter b = block(s, i / 2);
+  const std::size_t w = 2 * (i % 2);
+  const double u1 = (static_cast<double>(b[w]) + 1.0) * 0x1.0p-32;  // (0, 1]
+  const double u2 = static_cast<double>(b[w + 1]) * 0x1.0p-32;      // [0, 1)
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+}
+
+// GPT-2's parameter initialisation: normal with standard deviation 0.02.
+inline constexpr float kGpt2InitStd = 0.02f;
+inline float init_normal(RngStream s, std::int64_t index, float stddev = kGpt2InitStd) {
+  return stddev * normal(s, index);
+}
+
+}  // namespace rng
+
+// Where a local shard sits inside its global tensor: local element (i0, ..., ir) has the global
+// row-major index Σ (offset[d] + i_d) · global_stride[d]. spec/layout.hpp's device_slice gives the
+// offset. An empty placement means the local tensor is the whole tensor.
+struct ShardPlacement {
+  Index global_extents{};
+  Index offset{};
+};
+
+// The global row-major strides of a placed local box and its offsets (zero for an empty placement,
+// whose global extents are the local ones). Validates that the box lies inside the global tensor.
+struct GlobalIndexer {
+  Index stride{};
+  Index offset{};
+  GlobalIndexer(const ShardPlacement& where, const Index& local) {
+    const Index& global = where.global_extents.empty() ? local : where.global_extents;
+    CARTO_CHECK(global.size() == local.size() &&
+                    (where.offset.empty() || where.offset.size() == local.size()),
+                "a ShardPlacement of rank ", global.size(), " (offset rank ", where.offset.size(),
+                ") for a local box of rank ", local.size());
+    stride = global;
+    offset = global;
+    std::int64_t s = 1;
+    for (std::size_t d = global.size(); d-- > 0;) {
+      offset[d] = where.offset.empty() ? 0 : where.offset[d];
+      CARTO_CHECK(offset[d] >= 0 && local[d] >= 0 && offset[d] + local[d] <= global[d], "dim ", d,
+                  ": local box [", offset[d], ", ", offset[d] + local[d],
+                  ") lies outside the global extent ", global[d]);
+      stride[d] = s;
+      s *= global[d];
+    }
+  }
+  // The global index of the local element at `coord` (one coordinate per dim).
+  [[nodiscard]] std::int64_t global_index(const Index& coord) const {
+    std::int64_t g = 0;
+    for (std::size_t d = 0; d < coord.size(); ++d) g += (offset[d] + coord[d]) * stride[d];
+    return g;
+  }
+};
+
+// Calls f(local_linear_index, global_linear_index) for every element of a local box of extents
+// `local` (row-major, innermost fastest), in local order.
+template <class F>
+void for_each_global_index(const ShardPlacement& where, const Index& local, F&& f) {
+  const GlobalIndexer indexer(where, local);
+  const std::size_t rank = local.size();
+  std::int64_t numel = 1;
+  for (std::int64_t e : local) numel *= e;
+  if (numel == 0) return;
+  if (rank == 0) {
+    f(0, 0);
+    return;
+  }
+  const std::int64_t inner = local[rank - 1];
+  Index coord = local;
+  for (std::int64_t& c : coord) c = 0;
+  for (std::int64_t row_start = 0; row_start < numel; row_start += inner) {
+    const std::int64_t base = indexer.global_index(coord);
+    for (std::int64_t j = 0; j < inner; ++j) f(row_start + j, base + j);
+    for (std::size_t d = rank - 1; d-- > 0;) {  // odometer over the outer dims
+      if (++coord[d] < local[d]) break;
+      coord[d] = 0;
+    }
+  }
+}
+
+}  // namespace carto

@@ -91,10 +91,36 @@ if(NOT CARTO_ENABLE_MPI_MODE STREQUAL "OFF")
   endif()
 endif()
 
+# ---- OpenBLAS (the CPU backend, carto::cpu) ------------------------------------------------------------
+# The CPU backend is the default runtime, so it is on unless turned off; when it is on, a missing
+# OpenBLAS stops the configure (Debian's OpenBLAS installs a CMake config without targets: the
+# variables OpenBLAS_INCLUDE_DIRS and OpenBLAS_LIBRARIES; other installs are found by file).
+option(CARTO_ENABLE_CPU "Build the CPU backend carto::cpu (needs OpenBLAS)" ON)
+set(CARTO_HAS_CPU OFF)
+set(CARTO_CPU_WHY "disabled (CARTO_ENABLE_CPU=OFF)")
+if(CARTO_ENABLE_CPU)
+  find_package(OpenBLAS CONFIG QUIET)
+  if(OpenBLAS_FOUND AND OpenBLAS_INCLUDE_DIRS AND OpenBLAS_LIBRARIES)
+    set(CARTO_OPENBLAS_INCLUDE_DIR ${OpenBLAS_INCLUDE_DIRS})
+    set(CARTO_OPENBLAS_LIBRARY ${OpenBLAS_LIBRARIES})
+  else()
+    find_path(CARTO_OPENBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas)
+    find_library(CARTO_OPENBLAS_LIBRARY openblas)
+  endif()
+  if(CARTO_OPENBLAS_INCLUDE_DIR AND CARTO_OPENBLAS_LIBRARY)
+    set(CARTO_HAS_CPU ON)
+    set(CARTO_CPU_WHY "OpenBLAS ${OpenBLAS_VERSION} ${CARTO_OPENBLAS_LIBRARY}")
+  else()
+    message(FATAL_ERROR "CARTO_ENABLE_CPU=ON but OpenBLAS (cblas.h and libopenblas) was not found; "
+                        "on Debian: apt-get install libopenblas-dev (or configure with -DCARTO_ENABLE_CPU=OFF)")
+  endif()
+endif()
+
 function(carto_print_summary)
   message(STATUS "carto ${PROJECT_VERSION} configuration:")
   message(STATUS "  carto::core (host-only headers): on")
   message(STATUS "  tests: ${CARTO_BUILD_TESTS}   benchmarks: ${CARTO_BUILD_BENCH}   examples: ${CARTO_BUILD_EXAMPLES}")
+  message(STATUS "  CPU backend carto::cpu: ${CARTO_HAS_CPU} — ${CARTO_CPU_WHY}")
   message(STATUS "  CUDA (${CARTO_ENABLE_CUDA_MODE}): ${CARTO_HAS_CUDA} — ${CARTO_CUDA_WHY}")
   message(STATUS "  NCCL (${CARTO_ENABLE_NCCL_MODE}): ${CARTO_HAS_NCCL} — ${CARTO_NCCL_WHY}")
   message(STATUS "  MPI  (${CARTO_ENABLE_MPI_MODE}): ${CARTO_HAS_MPI} — ${CARTO_MPI_WHY}")

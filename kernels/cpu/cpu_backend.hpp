@@ -1,0 +1,102 @@
+// cpu/cpu_backend.hpp — the CPU backend: OpenBLAS sgemm and fp32 C++ kernels (carto::cpu).
+//
+// Design note: one CpuBackend per rank, used from that rank's thread only. Every kernel runs on the
+// calling thread before returning (the queue is trivially in order; synchronize() does nothing).
+// GEMMs call cblas_sgemm with OpenBLAS limited to one thread (openblas_set_num_threads(1), set by
+// the first CpuBackend constructed; the setting is process-wide), so that ranks on threads do not
+// oversubscribe the cores and a rank's time is its own. The other kernels are plain loops in fp32
+// with the reductions that decide accuracy (layernorm statistics, softmax and cross-entropy sums,
+// attention's running sums) accumulated in float, as a GPU kernel would; the tests bound their error.
+// Device memory is host memory aligned to 64 bytes; workspace (attention rows) is allocated through
+// the backend's current allocator, category temporaries.
+#pragma once
+
+#include <carto/runtime/backend.hpp>
+#include <cstddef>
+#include <string_view>
+
+namespace carto::cpu {
+
+// Host memory aligned to 64 bytes (a cache line; AVX-512 loads).
+class HostAllocator final : public Allocator {
+ public:
+  void* allocate(std::size_t bytes, MemoryCategory category) override;
+  void deallocate(void* pointer, std::size_t bytes, MemoryCategory category) noexcept override;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend();
+
+  [[nodiscard]] std::string_view name() const override { return "cpu"; }
+  Allocator& device_allocator() override { return host_; }
+  void synchronize() override {}
+  void copy_from_host(const void* host, TensorView dst) override;
+  void copy_to_host(ConstTensorView src, void* host) override;
+
+  void fill(TensorView x, float value) override;
+  void fill_normal(TensorView x, float stddev, RngStream rng,
+                   const ShardPlacement& placement) override;
+  void copy_strided(ConstTensorView src, const StridedBox& from, TensorView dst,
+                    const StridedBox& to, const Index& extents, CopyMode mode) override;
+
+  void gemm(ConstTensorView a, ConstTensorView b, TensorView c, const GemmArgs& args) override;
+
+  void layernorm_forward(ConstTensorView x, ConstTensorView gamma, ConstTensorView beta,
+                         TensorView y, TensorView mean, TensorView rstd,
+                         const LayerNormArgs& args) override;
+  void layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                          ConstTensorView mean, ConstTensorView rstd, TensorView dx,
+                          TensorView dgamma, TensorView dbeta) override;
+
+  void softmax_forward(ConstTensorView x, TensorView y, const SoftmaxArgs& args) override;
+  void softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
+                        const SoftmaxArgs& args) override;
+
+  void attention_forward(ConstTensorView q, ConstTensorView k, ConstTensorView v, TensorView out,
+                         TensorView logsumexp, const AttentionArgs& args) override;
+  void attention_backward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                          ConstTensorView out, ConstTensorView logsumexp, ConstTensorView dout,
+                          TensorView dq, TensorView dk, TensorView dv,
+                          const AttentionArgs& args) override;
+
+  void gelu_forward(ConstTensorView x, TensorView y) override;
+  void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) override;
+  void dropout_forward(ConstTensorView x, TensorView y, const DropoutArgs& args) override;
+  void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args) override;
+  void add(ConstTensorView a, ConstTensorView b, TensorView y) override;
+  void scale(ConstTensorView x, float factor, TensorView y) override;
+  void add_scaled(ConstTensorView x, float factor, TensorView y) override;
+  void bias_forward(ConstTensorView x, ConstTensorView b, TensorView y) override;
+  void bias_backward(ConstTensorView dy, TensorView db) override;
+
+  void embedding_forward(ConstTensorView table, IndexView ids, TensorView out,
+                         const EmbeddingShard& shard) override;
+  void embedding_backward(ConstTensorView dout, IndexView ids, TensorView dtable,
+                          const EmbeddingShard& shard) override;
+
+  void cross_entropy_forward(ConstTensorView logits, IndexView targets, TensorView loss,
+                             TensorView logsumexp, const CrossEntropyArgs& args) override;
+  void cross_entropy_row_max(ConstTensorView logits, TensorView row_max) override;
+  void cross_entropy_sum_exp(ConstTensorView logits, ConstTensorView row_max,
+                             TensorView sum_exp) override;
+  void cross_entropy_target_logit(ConstTensorView logits, IndexView targets,
+                                  TensorView target_logit, const CrossEntropyArgs& args) override;
+  void cross_entropy_loss(ConstTensorView row_max, ConstTensorView sum_exp,
+                          ConstTensorView target_logit, TensorView loss, TensorView logsumexp,
+                          const CrossEntropyArgs& args) override;
+  void cross_entropy_backward(ConstTensorView logits, IndexView targets,
+                              ConstTensorView logsumexp, ConstTensorView dloss,
+                              TensorView dlogits, const CrossEntropyArgs& args) override;
+
+  void adamw_update(TensorView param, ConstTensorView grad, TensorView m, TensorView v,
+                    const AdamWArgs& args) override;
+
+ private:
+  HostAllocator host_;
+};
+
+// The number of threads OpenBLAS runs a GEMM on (1 once a CpuBackend exists).
+int blas_threads();
+
+}  // namespace carto::cpu

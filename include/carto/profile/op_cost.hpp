@@ -7,10 +7,19 @@
 // output Partial over them. Rules per op (violations call detail::fail naming the op, the specs and
 // what would be valid): einsum inputs are not Partial; gelu, dropout, bias, softmax, layernorm,
 // gather ids and fused attention need non-Partial inputs (they are nonlinear or broadcast); add and
-// scale are linear and pass Partial through; softmax and layernorm keep their reduced dim unsplit
-// (the distributed variant with a statistics all-reduce is the search's business); fused attention
-// keeps sequence and head_dim unsplit; gather over a vocab-split table yields a Partial output
-// (vocab-parallel embedding).
+// scale are linear and pass Partial through; softmax keeps its reduced dim unsplit; gather over a
+// vocab-split table yields a Partial output (vocab-parallel embedding). Two ops have a second,
+// communicating variant, named by OpSharding::variant so that a split is never accepted by accident:
+//  - layernorm: OpVariant::plain keeps the normalized dim unsplit (gamma, beta replicated);
+//    OpVariant::distributed_statistics splits it over axes A with gamma and beta split over A alike,
+//    and all-reduces over A the two fp32 partial sums per row (Σx, Σx²) in forward and the two row
+//    sums (Σ dy·γ, Σ dy·γ·x̂) in backward; the FLOPs are the local formula on the local shape;
+//  - fused attention: OpVariant::plain keeps sequence and head_dim unsplit (batch and heads split);
+//    OpVariant::gathered_kv also splits the query sequence over axes A (q, k, v and the output
+//    alike): K and V are all-gathered over A inside the op (forward, and again in backward) and dK,
+//    dV are reduce-scattered back; FLOPs count local queries against all S keys, and the backward
+//    workspace holds the gathered K, V and the full-length dK, dV.
+// The collectives themselves are described beside the cost model (carto/search/strategy.hpp).
 //
 // FLOPs: einsum 2·Π(letters) forward, and the same again for the gradient of each operand (input
 // grads for activations, weight grads for parameters): the papers' 2 FLOPs per multiply-add.
@@ -32,6 +41,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "carto/error.hpp"
 #include "carto/graph/graph.hpp"
@@ -89,6 +99,7 @@ constexpr StaticVector<TensorId, 4> saved_tensors(const Graph& g, const Op& op) 
 struct OpShapes {
   StaticVector<TensorShape, 3> inputs{};
   TensorShape output{};
+  std::int64_t kv_seq = 0;  // fused attention: keys per query row when K, V are gathered (0: local)
 };
 
 namespace detail {
@@ -132,12 +143,18 @@ constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes
     }
     case OpKind::fused_attention: {
       const TensorShape& q = shapes.inputs[0];  // (B, heads, S, d)
-      const std::int64_t s = q.dims()[2].extent;
-      const std::int64_t unit = q.numel() * s;  // B·a·S²·d
+      const std::int64_t s = shapes.kv_seq > 0 ? shapes.kv_seq : q.dims()[2].extent;
+      const std::int64_t unit = q.numel() * s;  // B·a·S_q·S_kv·d
       c.flops_forward = 4 * unit;
       c.flops_backward_input = 10 * unit;
       c.matmul = true;
       c.private_saved_bytes = rows_of(q, 3) * 4;  // logsumexp, fp32
+      if (shapes.kv_seq > 0) {
+        // Gathered K and V, then full-length dK and dV before their reduce-scatter.
+        const std::int64_t gathered =
+            q.numel() / q.dims()[2].extent * s * element_bytes(g.tensor(op.inputs[1]));
+        c.temp_bytes = 4 * gathered;
+      }
       break;
     }
     case OpKind::gelu: c.flops_forward = 8 * n, c.flops_backward_input = 16 * n; break;
@@ -203,9 +220,22 @@ constexpr OpCost op_cost(const Graph& g, OpId o, LayerNormStats stats = LayerNor
 
 // ---- sharded ------------------------------------------------------------------------------------
 
+// The communicating variants of layernorm and fused attention (see the design note).
+enum class OpVariant : std::uint8_t { plain, distributed_statistics, gathered_kv };
+
+constexpr std::string_view to_string_view(OpVariant v) {
+  switch (v) {
+    case OpVariant::plain: return "plain";
+    case OpVariant::distributed_statistics: return "distributed_statistics";
+    case OpVariant::gathered_kv: return "gathered_kv";
+  }
+  return "?";
+}
+
 struct OpSharding {
   StaticVector<ShardingSpec, 3> inputs{};  // one per op input, in order
   ShardingSpec output{};
+  OpVariant variant = OpVariant::plain;
 };
 
 namespace detail {
@@ -292,6 +322,9 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
   };
   const ShardingSpec& out = s.output;
   auto in = [&](std::size_t i) -> const ShardingSpec& { return s.inputs[i]; };
+  fail_if(s.variant != OpVariant::plain && op.kind != OpKind::layernorm &&
+              op.kind != OpKind::fused_attention,
+          "variants other than plain apply to layernorm and fused attention only");
   switch (op.kind) {
     case OpKind::einsum: {
       const ShardingSpec expected = einsum_output_spec_of(g, op, s, mesh);
@@ -323,16 +356,32 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
       break;
     }
     case OpKind::softmax:
-    case OpKind::layernorm:
+    case OpKind::layernorm: {
       fail_if(in(0).is_partial(), "a reduction needs a non-Partial input; reduce it first");
       fail_if(!(in(0) == out), "the output spec must equal the input spec");
-      fail_if(!in(0).dims()[op.dim].empty(),
-              "the reduced dim is split; keep it unsplit (R) on that dim");
+      const bool distributed = s.variant == OpVariant::distributed_statistics;
+      fail_if(s.variant == OpVariant::gathered_kv || (distributed && op.kind == OpKind::softmax),
+              "this variant does not apply to the op (softmax: plain; layernorm: plain or "
+              "distributed_statistics)");
+      if (!distributed) {
+        fail_if(!in(0).dims()[op.dim].empty(),
+                op.kind == OpKind::layernorm
+                    ? "the reduced dim is split; keep it unsplit (R) on that dim, or use "
+                      "OpVariant::distributed_statistics (statistics all-reduce)"
+                    : "the reduced dim is split; keep it unsplit (R) on that dim");
+      }
       if (op.kind == OpKind::layernorm) {
-        fail_if(!in(1).is_replicated() || !in(2).is_replicated(),
-                "gamma and beta of a layernorm over an unsplit dim are replicated (R)");
+        const AxisList& split = in(0).dims()[op.dim];
+        fail_if(distributed && split.empty(),
+                "distributed_statistics needs the normalized dim split; use OpVariant::plain");
+        for (std::size_t p = 1; p < 3; ++p) {
+          fail_if(in(p).is_partial() || !(in(p).dims()[0] == split),
+                  distributed ? "gamma and beta must be split over the axes of the normalized dim"
+                              : "gamma and beta of a layernorm over an unsplit dim are replicated (R)");
+        }
       }
       break;
+    }
     case OpKind::gather: {
       const ShardingSpec& table = in(0);
       const ShardingSpec& ids = in(1);
@@ -362,8 +411,16 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
       for (std::size_t i = 0; i < 3; ++i) {
         fail_if(in(i).is_partial() || !(in(i) == out), "q, k, v and the output need one non-Partial spec");
       }
-      fail_if(!out.dims()[2].empty() || !out.dims()[3].empty(),
-              "fused attention keeps sequence and head_dim unsplit; split batch or heads");
+      fail_if(s.variant == OpVariant::distributed_statistics,
+              "variant distributed_statistics does not apply to fused attention");
+      fail_if(!out.dims()[3].empty(), "fused attention keeps head_dim unsplit");
+      if (s.variant == OpVariant::plain) {
+        fail_if(!out.dims()[2].empty(),
+                "fused attention keeps the sequence unsplit; split batch or heads, or use "
+                "OpVariant::gathered_kv (K and V all-gathered over the sequence axes)");
+      } else {
+        fail_if(out.dims()[2].empty(), "gathered_kv needs the sequence split; use OpVariant::plain");
+      }
       break;
     case OpKind::view: {
       const std::int64_t fi = num_distinct_slices(in(0), mesh);
@@ -406,6 +463,9 @@ constexpr OpCost op_cost(const Graph& g, OpId o, const OpSharding& sharding, con
   if (!validate(os, sharding.output, mesh).ok()) check_spec(os, sharding.output, mesh, "op output");
   shapes.output = local_shape(os, sharding.output, mesh);
   detail::check_strategy(g, op, sharding, mesh);
+  if (op.kind == OpKind::fused_attention && sharding.variant == OpVariant::gathered_kv) {
+    shapes.kv_seq = g.tensor(op.inputs[1]).shape.dims()[2].extent;
+  }
   return detail::op_cost_on(g, op, shapes, stats);
 }
 

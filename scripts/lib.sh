@@ -2,7 +2,8 @@
 # Sourced, not run.
 
 # The Debian packages carto's build, tests, benchmarks and demo need.
-CARTO_PACKAGES=(g++ cmake ninja-build catch2 libbenchmark-dev libboost-dev libopenblas-dev)
+CARTO_PACKAGES=(g++ cmake ninja-build catch2 libbenchmark-dev libboost-dev libopenblas-dev
+                libopenmpi-dev openmpi-bin)
 
 carto_install_packages() {
   local missing=()

@@ -19,6 +19,7 @@ const char* const kUsage =
     "  profile   FLOPs, parameters and memory of one training step of a GPT model, per layer\n"
     "  models    the model presets\n"
     "  reshard   the cheapest steps from one sharding spec of a tensor to another, time and memory\n"
+    "  strategies  each op of one transformer block: its sharding strategies, the cheapest first\n"
     "'carto-plan <command> --help' lists a command's flags.\n";
 
 }  // namespace
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     if (command == "profile") return carto::tools::profile_command(args, std::cout);
     if (command == "models") return carto::tools::models_command(args, std::cout);
     if (command == "reshard") return carto::tools::reshard_command(args, std::cout);
+    if (command == "strategies") return carto::tools::strategies_command(args, std::cout);
     if (command == "--help" || command == "-h" || command == "help") {
       std::cout << kUsage;
       return 0;

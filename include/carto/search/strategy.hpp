@@ -362,6 +362,7 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
       }
     }
   }
+  if (op.kind == OpKind::view) st.bytes_backward = 0;  // a view's backward renames the gradient
   st.memory.activations = st.cost.saved_bytes;
   st.memory.temporaries = st.cost.temp_bytes;
   return st;

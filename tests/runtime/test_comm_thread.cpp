@@ -130,26 +130,47 @@ TEST_CASE("thread ranks: a rank that throws fails the others' pending collective
 TEST_CASE("thread ranks: after a failure the next collective fails on every group",
           "[comm][thread][failure]") {
   // 2x2 mesh: rank 1 fails; ranks 0 and 2 then use their dp group {0, 2}, which rank 1 is not in.
+  // The world is driven by hand so that the failure is recorded before they issue the collective.
   const DeviceMesh mesh = parse_mesh("dp=2,tp=2");
+  ThreadWorld world(4);
+  std::atomic<int> first_done{0};
+  std::atomic<bool> rank1_failed{false};
   std::atomic<int> failed_next{0};
-  CHECK_THROWS_WITH(
-      run_threads(4,
-                  [&](Communicator& world) {
-                    MeshComms comms(world, mesh);
-                    std::vector<float> buf(8, 2.0f);
-                    comms.axis("dp").all_reduce(std::span<float>(buf), ReduceOp::sum).wait();
-                    if (world.rank() == 1) throw std::runtime_error("rank 1 gives up");
-                    if (world.rank() == 3) return;
-                    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-                    try {
-                      comms.axis("dp").all_reduce(std::span<float>(buf), ReduceOp::max).wait();
-                    } catch (const Error& e) {
-                      if (std::string(e.what()).find("rank 1 gives up") != std::string::npos) {
-                        ++failed_next;
-                      }
-                    }
-                  }),
-      Catch::Contains("world rank 1 of 4 thread ranks failed: rank 1 gives up"));
+  auto rank_body = [&](int rank) {
+    try {
+      auto comm = world.communicator(rank);
+      MeshComms comms(*comm, mesh);
+      std::vector<float> buf(8, 2.0f);
+      comms.axis("dp").all_reduce(std::span<float>(buf), ReduceOp::sum).wait();
+      ++first_done;
+      if (rank == 1) {
+        while (first_done < 4) std::this_thread::yield();  // fail between the two collectives
+        world.fail(1, "rank 1 gives up");
+        rank1_failed = true;
+        return;
+      }
+      if (rank == 3) {
+        world.finish(3);
+        return;
+      }
+      while (!rank1_failed) std::this_thread::yield();
+      try {
+        comms.axis("dp").all_reduce(std::span<float>(buf), ReduceOp::max).wait();
+      } catch (const Error& e) {
+        if (std::string(e.what()).find("world rank 1 of 4 thread ranks failed: rank 1 gives up") !=
+            std::string::npos) {
+          ++failed_next;
+        }
+      }
+      world.finish(rank);
+    } catch (const std::exception& e) {
+      world.fail(rank, e.what());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) threads.emplace_back(rank_body, r);
+  for (auto& t : threads) t.join();
+  CHECK(world.failed_rank() == 1);
   CHECK(failed_next == 2);
 }
 

@@ -40,6 +40,8 @@ namespace carto {
 
 // How often a waiting thread rank re-checks whether the world failed (it is also woken at once).
 inline constexpr std::chrono::milliseconds kThreadCommPoll{20};
+// How many times a waiting thread rank yields before it sleeps on the condition variable.
+inline constexpr int kThreadCommSpins = 64;
 
 namespace detail {
 
@@ -123,15 +125,23 @@ struct ThreadGroupState {
   void arrive_and_wait(int member, CollectiveKind kind) {
     std::unique_lock lock(mutex);
     check_world(member, kind);
-    const std::uint64_t gen = generation;
+    const std::uint64_t gen = generation.load(std::memory_order_relaxed);
     ++entered[static_cast<std::size_t>(member)];
     if (++arrived == size()) {
       arrived = 0;
-      ++generation;
+      generation.store(gen + 1, std::memory_order_release);
       cv.notify_all();
       return;
     }
-    while (generation == gen) {
+    // Spin briefly (yielding the core) before sleeping: most barriers of a collective complete
+    // within microseconds, and a futex wake-up costs tens of them on a loaded machine.
+    lock.unlock();
+    for (int spin = 0; spin < kThreadCommSpins; ++spin) {
+      if (generation.load(std::memory_order_acquire) != gen) return;
+      std::this_thread::yield();
+    }
+    lock.lock();
+    while (generation.load(std::memory_order_relaxed) == gen) {
       check_world(member, kind);
       for (std::size_t i = 0; i < entered.size(); ++i) {
         if (entered[i] <= gen && world->finished(group.world_ranks[i])) {
@@ -162,7 +172,7 @@ struct ThreadGroupState {
   CommGroup group;
   std::mutex mutex;
   std::condition_variable cv;
-  std::uint64_t generation = 0;
+  std::atomic<std::uint64_t> generation{0};  // written under `mutex`; read by spinning waiters
   int arrived = 0;
   std::vector<std::uint64_t> entered;  // barriers each member has entered
   std::vector<ThreadSlot> slots;       // written by its member only, read after a barrier
@@ -187,11 +197,11 @@ inline void reduce_fp32(std::byte* out, std::span<const std::byte* const> source
   float acc[kBlock];
   for (std::size_t b = 0; b < count; b += kBlock) {
     const std::size_t n = std::min(kBlock, count - b);
-    const std::size_t at = (offset_elems + b) * sizeof(float);
-    std::memcpy(acc, sources[0] + at, n * sizeof(float));
+    const std::size_t at = offset_elems + b;
+    const float* first = reinterpret_cast<const float*>(sources[0]) + at;
+    for (std::size_t i = 0; i < n; ++i) acc[i] = first[i];
     for (std::size_t k = 1; k < sources.size(); ++k) {
-      float in[kBlock];
-      std::memcpy(in, sources[k] + at, n * sizeof(float));
+      const float* in = reinterpret_cast<const float*>(sources[k]) + at;
       if (op == ReduceOp::sum) {
         for (std::size_t i = 0; i < n; ++i) acc[i] += in[i];
       } else {

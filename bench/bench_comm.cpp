@@ -5,14 +5,14 @@
 // the reduce-scatter input, one rank's all-to-all send buffer. Counters: algbw = S / t and busbw =
 // algbw · bus factor (all-reduce 2(n-1)/n, the others (n-1)/n), in GB/s; predicted_us is the cost
 // model's time on hardware::cpu()'s thread link (carto/cost/collectives.hpp) and measured/predicted
-// the ratio of the measured time per collective to it. Rank 0 runs the timing loop on the calling thread; the other ranks run the same
-// fixed number of iterations, so every iteration is one complete collective.
+// the ratio of the measured time per collective to it. Rank 0 runs the timing loop on the calling
+// thread; the other ranks run the same fixed number of iterations, so every iteration is one
+// complete collective.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <carto/cost.hpp>
 #include <carto/runtime/thread_comm.hpp>
-
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -79,8 +79,8 @@ void BM_ThreadCollective(benchmark::State& state, Collective kind, int ranks, st
   state.counters["busbw_GBps"] = algbw * factor / 1e9;
   state.counters["predicted_us"] = predicted * 1e6;
   state.counters["measured/predicted"] = t / predicted;
-  state.SetLabel(std::string(to_string_view(kind)) + " n=" + std::to_string(ranks) + " S=" +
-                 std::to_string(bytes / kKiB) + "KiB");
+  state.SetLabel(std::string(to_string_view(kind)) + " n=" + std::to_string(ranks) +
+                 " S=" + std::to_string(bytes / kKiB) + "KiB");
 }
 
 }  // namespace

@@ -33,8 +33,8 @@ MPI_Datatype reduce_type(DType dtype) {
 
 int mpi_count(std::size_t n, std::string_view what, const Communicator& comm) {
   if (n > static_cast<std::size_t>(INT_MAX)) {
-    detail::fail("carto: ", what, " of ", n, " on ", comm.describe(),
-                 " exceeds MPI's int count (", INT_MAX, "); split it into smaller collectives");
+    detail::fail("carto: ", what, " of ", n, " on ", comm.describe(), " exceeds MPI's int count (",
+                 INT_MAX, "); split it into smaller collectives");
   }
   return static_cast<int>(n);
 }
@@ -54,7 +54,8 @@ struct MpiComm::Handle {
 Environment::Environment(int& argc, char**& argv) {
   int initialized = 0;
   CARTO_MPI_CHECK(MPI_Initialized(&initialized));
-  if (initialized != 0) detail::fail("carto: MPI is already initialised; make one mpi::Environment");
+  if (initialized != 0)
+    detail::fail("carto: MPI is already initialised; make one mpi::Environment");
   CARTO_MPI_CHECK(MPI_Init(&argc, &argv));
 }
 
@@ -82,12 +83,12 @@ std::unique_ptr<MpiComm> MpiComm::world() {
   return std::unique_ptr<MpiComm>(new MpiComm(std::move(group), rank, std::move(handle)));
 }
 
-Work MpiComm::do_all_reduce(std::span<const std::byte> send, std::span<std::byte> recv,
-                            DType dtype, ReduceOp op, CommStream) {
+Work MpiComm::do_all_reduce(std::span<const std::byte> send, std::span<std::byte> recv, DType dtype,
+                            ReduceOp op, CommStream) {
   const int count = mpi_count(recv.size() / sizeof(float), "all_reduce", *this);
   const void* src = send.data() == recv.data() ? MPI_IN_PLACE : send.data();
-  CARTO_MPI_CHECK(MPI_Allreduce(src, recv.data(), count, reduce_type(dtype), mpi_op(op),
-                                handle_->comm));
+  CARTO_MPI_CHECK(
+      MPI_Allreduce(src, recv.data(), count, reduce_type(dtype), mpi_op(op), handle_->comm));
   return {};
 }
 
@@ -101,8 +102,8 @@ Work MpiComm::do_all_gather(std::span<const std::byte> send, std::span<std::byte
     CARTO_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), bytes, MPI_BYTE,
                                   handle_->comm));
   } else {
-    CARTO_MPI_CHECK(MPI_Allgather(send.data(), bytes, MPI_BYTE, recv.data(), bytes, MPI_BYTE,
-                                  handle_->comm));
+    CARTO_MPI_CHECK(
+        MPI_Allgather(send.data(), bytes, MPI_BYTE, recv.data(), bytes, MPI_BYTE, handle_->comm));
   }
   return {};
 }
@@ -129,15 +130,15 @@ Work MpiComm::do_reduce_scatter(std::span<const std::byte> send, std::span<std::
 
 Work MpiComm::do_all_to_all(std::span<const std::byte> send, std::span<std::byte> recv, DType,
                             CommStream) {
-  const int chunk = mpi_count(recv.size() / static_cast<std::size_t>(size()), "all_to_all bytes",
-                              *this);
+  const int chunk =
+      mpi_count(recv.size() / static_cast<std::size_t>(size()), "all_to_all bytes", *this);
   mpi_count(recv.size(), "all_to_all bytes", *this);
   if (send.data() == recv.data() && !recv.empty()) {
     CARTO_MPI_CHECK(MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), chunk, MPI_BYTE,
                                  handle_->comm));
   } else {
-    CARTO_MPI_CHECK(MPI_Alltoall(send.data(), chunk, MPI_BYTE, recv.data(), chunk, MPI_BYTE,
-                                 handle_->comm));
+    CARTO_MPI_CHECK(
+        MPI_Alltoall(send.data(), chunk, MPI_BYTE, recv.data(), chunk, MPI_BYTE, handle_->comm));
   }
   return {};
 }

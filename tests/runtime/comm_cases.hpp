@@ -8,10 +8,9 @@
 // send buffer) instead of stopping at the first.
 #pragma once
 
+#include <algorithm>
 #include <carto/runtime/communicator.hpp>
 #include <carto/spec.hpp>
-
-#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -88,10 +87,10 @@ inline std::string axes_name(const DeviceMesh& mesh, const std::vector<std::size
 }
 
 struct CaseResult {
-  std::string name;          // "all_reduce sum in place, 37 elements, group 'tp' of {dp:2, tp:2}"
+  std::string name;  // "all_reduce sum in place, 37 elements, group 'tp' of {dp:2, tp:2}"
   int world_rank = 0;
-  std::int64_t checked = 0;  // elements compared
-  std::int64_t wrong = 0;    // elements that differ from the closed form
+  std::int64_t checked = 0;   // elements compared
+  std::int64_t wrong = 0;     // elements that differ from the closed form
   std::string first_wrong{};  // "recv[3] = 5, expected 7"
 };
 
@@ -128,7 +127,9 @@ inline void run_group_cases(Communicator& comm, const std::vector<int>& members,
     ++seed;
     return results.back();
   };
-  auto val = [&](int rank, std::size_t i) { return value(seed, rank, static_cast<std::int64_t>(i)); };
+  auto val = [&](int rank, std::size_t i) {
+    return value(seed, rank, static_cast<std::int64_t>(i));
+  };
   auto reduce = [&](ReduceOp op, std::size_t i) {
     float acc = val(members[0], i);
     for (std::size_t m = 1; m < nu; ++m) {
@@ -149,7 +150,8 @@ inline void run_group_cases(Communicator& comm, const std::vector<int>& members,
 
       for (const ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
         // all_reduce: recv[i] = op over members m of value(m, i).
-        CaseResult& res = start(std::string("all_reduce ") + std::string(to_string_view(op)) + pl + sz);
+        CaseResult& res =
+            start(std::string("all_reduce ") + std::string(to_string_view(op)) + pl + sz);
         Checker c(res);
         std::vector<float> send(count);
         std::vector<float> recv(count, kSentinel);
@@ -173,7 +175,8 @@ inline void run_group_cases(Communicator& comm, const std::vector<int>& members,
         std::vector<float> send(count);
         for (std::size_t i = 0; i < count; ++i) send[i] = val(w, i);
         if (in) {
-          std::copy(send.begin(), send.end(), recv.begin() + static_cast<std::ptrdiff_t>(r * count));
+          std::copy(send.begin(), send.end(),
+                    recv.begin() + static_cast<std::ptrdiff_t>(r * count));
           comm.all_gather_in_place(std::span<float>(recv)).wait();
         } else {
           comm.all_gather(std::span<const float>(send), std::span<float>(recv)).wait();
@@ -200,7 +203,8 @@ inline void run_group_cases(Communicator& comm, const std::vector<int>& members,
           }
         } else {
           comm.reduce_scatter(std::span<const float>(send), std::span<float>(recv), op).wait();
-          for (std::size_t i = 0; i < count; ++i) c.expect("recv", i, recv[i], reduce(op, r * count + i));
+          for (std::size_t i = 0; i < count; ++i)
+            c.expect("recv", i, recv[i], reduce(op, r * count + i));
           for (std::size_t k = 0; k < send.size(); ++k) c.expect("send", k, send[k], val(w, k));
         }
       }
@@ -280,10 +284,12 @@ inline std::vector<DeviceMesh> meshes_for(int n) {
   std::vector<DeviceMesh> meshes{DeviceMesh{MeshAxis{.name = "x", .size = n}}};
   for (int a = 2; a < n; ++a) {
     if (n % a != 0) continue;
-    meshes.push_back(DeviceMesh{MeshAxis{.name = "dp", .size = a}, MeshAxis{.name = "tp", .size = n / a}});
+    meshes.push_back(
+        DeviceMesh{MeshAxis{.name = "dp", .size = a}, MeshAxis{.name = "tp", .size = n / a}});
     for (int b = 2; b < n / a; ++b) {
       if ((n / a) % b != 0) continue;
-      meshes.push_back(DeviceMesh{MeshAxis{.name = "pp", .size = a}, MeshAxis{.name = "dp", .size = b},
+      meshes.push_back(DeviceMesh{MeshAxis{.name = "pp", .size = a},
+                                  MeshAxis{.name = "dp", .size = b},
                                   MeshAxis{.name = "tp", .size = n / a / b}});
     }
   }

@@ -1,9 +1,8 @@
 // MpiComm: the collective cases of comm_cases.hpp (the same bodies the thread-rank tests run) on
-// every mesh of the job's size, under mpirun -np 4 and -np 8 (CTest label mpi). Each rank prints its
-// failing cases; the job's exit code is 1 when any rank saw a wrong element.
-#include <mpi/mpi_comm.hpp>
-
+// every mesh of the job's size, under mpirun -np 4 and -np 8 (CTest label mpi). Each rank prints
+// its failing cases; the job's exit code is 1 when any rank saw a wrong element.
 #include <cstdio>
+#include <mpi/mpi_comm.hpp>
 #include <string>
 
 #include "runtime/comm_cases.hpp"
@@ -33,9 +32,10 @@ int main(int argc, char** argv) {
     std::vector<float> totals{wrong_cases, cases};
     world.all_reduce(std::span<float>(totals), ReduceOp::sum).wait();
     if (world.rank() == 0) {
-      std::printf("carto mpi collectives: %d ranks, %d meshes, %.0f cases, %.0f elements checked on "
-                  "rank 0, %.0f cases with wrong elements\n",
-                  world.size(), meshes, totals[1], checked, totals[0]);
+      std::printf(
+          "carto mpi collectives: %d ranks, %d meshes, %.0f cases, %.0f elements checked on "
+          "rank 0, %.0f cases with wrong elements\n",
+          world.size(), meshes, totals[1], checked, totals[0]);
     }
     exit_code = totals[0] == 0 ? 0 : 1;
   });

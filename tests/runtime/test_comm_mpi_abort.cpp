@@ -2,7 +2,6 @@
 // whole job (MPI_Abort) with a non-zero exit code and a line naming the rank and its message.
 // Run by run_mpi_abort.cmake, which bounds the time and checks the exit code and the output.
 #include <mpi/mpi_comm.hpp>
-
 #include <span>
 #include <vector>
 

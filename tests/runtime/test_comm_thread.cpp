@@ -1,10 +1,9 @@
 // ThreadComm: every collective, in place and out of place, on every group of meshes of 1, 2, 4 and
 // 8 thread ranks (comm_cases.hpp holds the closed forms); failure propagation with bounded time;
 // argument checks.
+#include <atomic>
 #include <carto/runtime/thread_comm.hpp>
 #include <catch2/catch.hpp>
-
-#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -28,8 +27,8 @@ void check_results(const std::vector<std::vector<CaseResult>>& per_rank, const s
       if (r.wrong == 0) continue;
       if (wrong_cases++ < 8) {
         report += "  world rank " + std::to_string(r.world_rank) + ": " + r.name + ": " +
-                  std::to_string(r.wrong) + " of " + std::to_string(r.checked) +
-                  " wrong; first " + r.first_wrong + "\n";
+                  std::to_string(r.wrong) + " of " + std::to_string(r.checked) + " wrong; first " +
+                  r.first_wrong + "\n";
       }
     }
   }
@@ -177,28 +176,29 @@ TEST_CASE("thread ranks: after a failure the next collective fails on every grou
 TEST_CASE("thread ranks: a rank that returns while others wait for it makes them fail",
           "[comm][thread][failure]") {
   const auto t0 = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH(run_threads(3,
-                                [](Communicator& world) {
-                                  if (world.rank() == 2) return;
-                                  world.barrier().wait();
-                                }),
-                    Catch::Contains("world rank 2 (rank 2 of this group) returned without joining"));
+  CHECK_THROWS_WITH(
+      run_threads(3,
+                  [](Communicator& world) {
+                    if (world.rank() == 2) return;
+                    world.barrier().wait();
+                  }),
+      Catch::Contains("world rank 2 (rank 2 of this group) returned without joining"));
   CHECK(std::chrono::steady_clock::now() - t0 < kFailureBound);
 }
 
 TEST_CASE("thread ranks: mismatched collectives fail on every rank", "[comm][thread][failure]") {
-  CHECK_THROWS_WITH(run_threads(2,
-                                [](Communicator& world) {
-                                  std::vector<float> a(4, 1.0f);
-                                  std::vector<float> b(8, 0.0f);
-                                  if (world.rank() == 0) {
-                                    world.all_reduce(std::span<float>(a), ReduceOp::sum).wait();
-                                  } else {
-                                    world.all_gather(std::span<const float>(a), std::span<float>(b))
-                                        .wait();
-                                  }
-                                }),
-                    Catch::Contains("issued different collectives"));
+  CHECK_THROWS_WITH(
+      run_threads(2,
+                  [](Communicator& world) {
+                    std::vector<float> a(4, 1.0f);
+                    std::vector<float> b(8, 0.0f);
+                    if (world.rank() == 0) {
+                      world.all_reduce(std::span<float>(a), ReduceOp::sum).wait();
+                    } else {
+                      world.all_gather(std::span<const float>(a), std::span<float>(b)).wait();
+                    }
+                  }),
+      Catch::Contains("issued different collectives"));
 }
 
 TEST_CASE("communicator: argument checks name the call and the rule", "[comm][thread]") {
@@ -206,21 +206,21 @@ TEST_CASE("communicator: argument checks name the call and the rule", "[comm][th
   auto comm = world.communicator(1);
   std::vector<float> a(6, 1.0f);
   std::vector<float> b(5, 0.0f);
-  CHECK_THROWS_WITH(comm->all_reduce(std::span<const float>(a), std::span<float>(b), ReduceOp::sum),
-                    Catch::Contains("all_reduce") && Catch::Contains("send and recv have the same size"));
+  CHECK_THROWS_WITH(
+      comm->all_reduce(std::span<const float>(a), std::span<float>(b), ReduceOp::sum),
+      Catch::Contains("all_reduce") && Catch::Contains("send and recv have the same size"));
   CHECK_THROWS_WITH(comm->all_gather(std::span<const float>(a), std::span<float>(b)),
                     Catch::Contains("recv holds size() times send"));
-  CHECK_THROWS_WITH(comm->reduce_scatter(std::span<const float>(a), std::span<float>(b),
-                                         ReduceOp::sum),
-                    Catch::Contains("send holds size() times recv"));
+  CHECK_THROWS_WITH(
+      comm->reduce_scatter(std::span<const float>(a), std::span<float>(b), ReduceOp::sum),
+      Catch::Contains("send holds size() times recv"));
   CHECK_THROWS_WITH(comm->all_to_all(std::span<const float>(b), std::span<float>(b)),
                     Catch::Contains("size() chunks"));
   CHECK_THROWS_WITH(comm->broadcast(std::span<float>(a), 2), Catch::Contains("roots are 0..1"));
   // Overlap that is not NCCL's in-place form: all_gather with send at chunk 0 on rank 1.
   std::vector<float> g(8, 0.0f);
-  CHECK_THROWS_WITH(
-      comm->all_gather(std::span<const float>(g.data(), 4), std::span<float>(g)),
-      Catch::Contains("overlap without being in place"));
+  CHECK_THROWS_WITH(comm->all_gather(std::span<const float>(g.data(), 4), std::span<float>(g)),
+                    Catch::Contains("overlap without being in place"));
   std::vector<std::byte> bf16(8);
   CHECK_THROWS_WITH(comm->all_reduce(bf16, bf16, DType::bf16, ReduceOp::sum),
                     Catch::Contains("reduces fp32 only; got bf16"));

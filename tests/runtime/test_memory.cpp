@@ -2,7 +2,6 @@
 // known in closed form; RAII handles; limits; the invariants of memory.hpp's design note.
 #include <carto/runtime/memory.hpp>
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <random>
 #include <sstream>
@@ -82,7 +81,8 @@ TEST_CASE("memory: buffers free exactly once, on destruction, move or reset", "[
   CHECK(none.empty());
   CHECK(t.total_allocations() == 2);
   TrackedBuffer odd = alloc.allocate(MemoryKind::temporaries, 12);
-  CHECK_THROWS_WITH(odd.as<double>(), Catch::Contains("12 bytes of temporaries is not a whole number"));
+  CHECK_THROWS_WITH(odd.as<double>(),
+                    Catch::Contains("12 bytes of temporaries is not a whole number"));
 }
 
 TEST_CASE("memory: random sequences keep the invariants; peaks match a replay", "[memory]") {
@@ -160,11 +160,12 @@ TEST_CASE("memory: bad arguments are errors that say why", "[memory]") {
 TEST_CASE("memory: kinds map onto the profiler's categories", "[memory]") {
   STATIC_REQUIRE(profile_category(MemoryKind::optimizer_states) == MemoryCategory::optimizer);
   STATIC_REQUIRE(profile_category(MemoryKind::saved_activations) == MemoryCategory::activations);
-  STATIC_REQUIRE(profile_category(MemoryKind::communication_buffers) == MemoryCategory::temporaries);
+  STATIC_REQUIRE(profile_category(MemoryKind::communication_buffers) ==
+                 MemoryCategory::temporaries);
   STATIC_REQUIRE(profile_category(MemoryKind::workspace) == MemoryCategory::temporaries);
-  for (const MemoryCategory c : {MemoryCategory::parameters, MemoryCategory::gradients,
-                                 MemoryCategory::optimizer, MemoryCategory::activations,
-                                 MemoryCategory::temporaries}) {
+  for (const MemoryCategory c :
+       {MemoryCategory::parameters, MemoryCategory::gradients, MemoryCategory::optimizer,
+        MemoryCategory::activations, MemoryCategory::temporaries}) {
     CHECK(profile_category(memory_kind(c)) == c);
   }
   MemoryTracker t;
@@ -175,7 +176,10 @@ TEST_CASE("memory: kinds map onto the profiler's categories", "[memory]") {
   t.record_allocate(MemoryKind::communication_buffers, 5);
   t.record_allocate(MemoryKind::workspace, 6);
   const MemoryBytes b = to_memory_bytes(t.at_peak());
-  CHECK(b == MemoryBytes{.parameters = 100, .gradients = 0, .optimizer = 200, .activations = 30,
+  CHECK(b == MemoryBytes{.parameters = 100,
+                         .gradients = 0,
+                         .optimizer = 200,
+                         .activations = 30,
                          .temporaries = 15});
   CHECK(b.total() == t.peak_bytes());
   t.record_free(MemoryCategory::optimizer, 200);

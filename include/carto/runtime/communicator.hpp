@@ -114,7 +114,9 @@ struct comm_dtype<float> {
   static constexpr DType value = DType::fp32;
 };
 template <class T>
-concept CommElement = requires { comm_dtype<T>::value; };
+concept CommElement = requires {
+  comm_dtype<T>::value;
+};
 
 // What a group is: a name ("world", "tp", "dp,tp") and the world rank of each member, in group
 // rank order.
@@ -133,7 +135,9 @@ class Communicator {
   [[nodiscard]] int size() const { return static_cast<int>(group_.world_ranks.size()); }
   [[nodiscard]] const CommGroup& group() const { return group_; }
   [[nodiscard]] const std::string& name() const { return group_.name; }
-  [[nodiscard]] int world_rank() const { return group_.world_ranks[static_cast<std::size_t>(rank_)]; }
+  [[nodiscard]] int world_rank() const {
+    return group_.world_ranks[static_cast<std::size_t>(rank_)];
+  }
   // "rank 1 of 4 in group 'tp' (world rank 5)", for messages.
   [[nodiscard]] std::string describe() const {
     return detail::concat("rank ", rank_, " of ", size(), " in group '", group_.name,
@@ -220,8 +224,7 @@ class Communicator {
     return all_gather(std::span<const T>(buffer.subspan(rank_u() * n, n)), buffer, s);
   }
   template <CommElement T>
-  Work reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op,
-                      CommStream s = {}) {
+  Work reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op, CommStream s = {}) {
     return reduce_scatter(std::as_bytes(send), std::as_writable_bytes(recv), comm_dtype<T>::value,
                           op, s);
   }
@@ -266,8 +269,8 @@ class Communicator {
                                  DType dtype, ReduceOp op, CommStream stream) = 0;
   virtual Work do_all_to_all(std::span<const std::byte> send, std::span<std::byte> recv,
                              DType dtype, CommStream stream) = 0;
-  virtual Work do_broadcast(std::span<const std::byte> send, std::span<std::byte> recv,
-                            DType dtype, int root, CommStream stream) = 0;
+  virtual Work do_broadcast(std::span<const std::byte> send, std::span<std::byte> recv, DType dtype,
+                            int root, CommStream stream) = 0;
   virtual Work do_barrier(CommStream stream) = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key, std::string name) = 0;
 
@@ -305,9 +308,8 @@ class Communicator {
     const auto* r1 = r0 + recv.size();
     const bool overlap = std::less<>{}(s0, r1) && std::less<>{}(r0, s1);
     if (!overlap) return;
-    const bool in_place = kind == CollectiveKind::reduce_scatter
-                              ? recv.data() == in_place_send
-                              : send.data() == in_place_send;
+    const bool in_place = kind == CollectiveKind::reduce_scatter ? recv.data() == in_place_send
+                                                                 : send.data() == in_place_send;
     if (!in_place) {
       detail::fail("carto: ", to_string_view(kind), " on ", describe(),
                    ": send and recv overlap without being in place (see NCCL's in-place rules in "
@@ -418,7 +420,8 @@ class MeshComms {
     for (const Entry& e : groups_) {
       if (e.axes == axes) return *e.comm;
     }
-    detail::fail("carto: mesh ", mesh_, " has no group for that list of axes (each axis at most "
+    detail::fail("carto: mesh ", mesh_,
+                 " has no group for that list of axes (each axis at most "
                  "once, at least one)");
   }
 

@@ -47,9 +47,8 @@ enum class MemoryKind : std::uint8_t {
 
 inline constexpr std::size_t kNumMemoryKinds = 7;
 inline constexpr MemoryKind kAllMemoryKinds[kNumMemoryKinds] = {
-    MemoryKind::parameters,        MemoryKind::gradients,
-    MemoryKind::optimizer_states,  MemoryKind::saved_activations,
-    MemoryKind::temporaries,       MemoryKind::communication_buffers,
+    MemoryKind::parameters,        MemoryKind::gradients,   MemoryKind::optimizer_states,
+    MemoryKind::saved_activations, MemoryKind::temporaries, MemoryKind::communication_buffers,
     MemoryKind::workspace};
 
 constexpr std::string_view to_string_view(MemoryKind c) {
@@ -128,7 +127,9 @@ inline std::ostream& operator<<(std::ostream& out, const MemoryBreakdown& m) {
 class MemoryTracker {
  public:
   // Allocations tagged with the profiler's categories (the backend's Allocator interface).
-  void record_allocate(MemoryCategory c, std::int64_t bytes) { record_allocate(memory_kind(c), bytes); }
+  void record_allocate(MemoryCategory c, std::int64_t bytes) {
+    record_allocate(memory_kind(c), bytes);
+  }
   void record_free(MemoryCategory c, std::int64_t bytes) { record_free(memory_kind(c), bytes); }
 
   void record_allocate(MemoryKind c, std::int64_t bytes) {
@@ -224,10 +225,10 @@ class RawAllocator {
 class HostRawAllocator final : public RawAllocator {
  public:
   [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment) override {
-    return ::operator new(bytes, std::align_val_t{alignment});
+    return ::operator new (bytes, std::align_val_t{alignment});
   }
   void deallocate(void* data, std::size_t bytes, std::size_t alignment) noexcept override {
-    ::operator delete(data, bytes, std::align_val_t{alignment});
+    ::operator delete (data, bytes, std::align_val_t{alignment});
   }
 };
 
@@ -263,8 +264,8 @@ class TrackedBuffer {
   template <class T>
   [[nodiscard]] std::span<T> as() const {
     if (bytes_ % static_cast<std::int64_t>(sizeof(T)) != 0) {
-      detail::fail("carto: a buffer of ", bytes_, " bytes of ", kind_,
-                   " is not a whole number of ", sizeof(T), "-byte elements");
+      detail::fail("carto: a buffer of ", bytes_, " bytes of ", kind_, " is not a whole number of ",
+                   sizeof(T), "-byte elements");
     }
     return {reinterpret_cast<T*>(data_), static_cast<std::size_t>(bytes_) / sizeof(T)};
   }
@@ -283,7 +284,7 @@ class TrackedBuffer {
 };
 
 struct TrackedAllocatorOptions {
-  std::string name = "rank";    // for messages: "rank 3"
+  std::string name = "rank";     // for messages: "rank 3"
   std::int64_t limit_bytes = 0;  // 0: no limit
   std::size_t alignment = 64;    // bytes; a power of two
 };
@@ -291,8 +292,9 @@ struct TrackedAllocatorOptions {
 // The allocator of one rank: raw memory plus a MemoryTracker.
 class TrackedAllocator {
  public:
-  explicit TrackedAllocator(TrackedAllocatorOptions options = {},
-                            std::unique_ptr<RawAllocator> raw = std::make_unique<HostRawAllocator>())
+  explicit TrackedAllocator(
+      TrackedAllocatorOptions options = {},
+      std::unique_ptr<RawAllocator> raw = std::make_unique<HostRawAllocator>())
       : options_(std::move(options)), raw_(std::move(raw)) {
     const std::size_t a = options_.alignment;
     if (a == 0 || (a & (a - 1)) != 0) {

@@ -145,8 +145,9 @@ struct ThreadGroupState {
       check_world(member, kind);
       for (std::size_t i = 0; i < entered.size(); ++i) {
         if (entered[i] <= gen && world->finished(group.world_ranks[i])) {
-          fail(member, kind, concat("world rank ", group.world_ranks[i], " (rank ", i,
-                                    " of this group) returned without joining it"));
+          fail(member, kind,
+               concat("world rank ", group.world_ranks[i], " (rank ", i,
+                      " of this group) returned without joining it"));
         }
       }
       cv.wait_for(lock, kThreadCommPoll);
@@ -226,8 +227,12 @@ class ThreadComm final : public Communicator {
  protected:
   Work do_all_reduce(std::span<const std::byte> send, std::span<std::byte> recv, DType dtype,
                      ReduceOp op, CommStream) override {
-    publish({.kind = CollectiveKind::all_reduce, .dtype = dtype, .op = op,
-             .bytes = recv.size(), .src = send.data(), .dst = recv.data()});
+    publish({.kind = CollectiveKind::all_reduce,
+             .dtype = dtype,
+             .op = op,
+             .bytes = recv.size(),
+             .src = send.data(),
+             .dst = recv.data()});
     const std::size_t n = static_cast<std::size_t>(size());
     const std::size_t elems = recv.size() / sizeof(float);
     auto lo = [&](std::size_t r) { return elems * r / n; };
@@ -248,8 +253,11 @@ class ThreadComm final : public Communicator {
 
   Work do_all_gather(std::span<const std::byte> send, std::span<std::byte> recv, DType dtype,
                      CommStream) override {
-    publish({.kind = CollectiveKind::all_gather, .dtype = dtype, .bytes = send.size(),
-             .src = send.data(), .dst = recv.data()});
+    publish({.kind = CollectiveKind::all_gather,
+             .dtype = dtype,
+             .bytes = send.size(),
+             .src = send.data(),
+             .dst = recv.data()});
     for (std::size_t j = 0; j < static_cast<std::size_t>(size()); ++j) {
       detail::copy_bytes(recv.data() + j * send.size(), slot(j).src, send.size());
     }
@@ -259,8 +267,12 @@ class ThreadComm final : public Communicator {
 
   Work do_reduce_scatter(std::span<const std::byte> send, std::span<std::byte> recv, DType dtype,
                          ReduceOp op, CommStream) override {
-    publish({.kind = CollectiveKind::reduce_scatter, .dtype = dtype, .op = op,
-             .bytes = recv.size(), .src = send.data(), .dst = recv.data()});
+    publish({.kind = CollectiveKind::reduce_scatter,
+             .dtype = dtype,
+             .op = op,
+             .bytes = recv.size(),
+             .src = send.data(),
+             .dst = recv.data()});
     const std::size_t elems = recv.size() / sizeof(float);
     const auto sources = sources_of();
     detail::reduce_fp32(recv.data(), sources, static_cast<std::size_t>(rank()) * elems, elems, op);
@@ -276,8 +288,11 @@ class ThreadComm final : public Communicator {
       staging_.assign(send.begin(), send.end());
       src = staging_.data();
     }
-    publish({.kind = CollectiveKind::all_to_all, .dtype = dtype, .bytes = recv.size(),
-             .src = src, .dst = recv.data()});
+    publish({.kind = CollectiveKind::all_to_all,
+             .dtype = dtype,
+             .bytes = recv.size(),
+             .src = src,
+             .dst = recv.data()});
     const std::size_t n = static_cast<std::size_t>(size());
     const std::size_t chunk = recv.size() / n;
     const std::size_t me = static_cast<std::size_t>(rank());
@@ -290,8 +305,12 @@ class ThreadComm final : public Communicator {
 
   Work do_broadcast(std::span<const std::byte> send, std::span<std::byte> recv, DType dtype,
                     int root, CommStream) override {
-    publish({.kind = CollectiveKind::broadcast, .dtype = dtype, .root = root,
-             .bytes = recv.size(), .src = send.data(), .dst = recv.data()});
+    publish({.kind = CollectiveKind::broadcast,
+             .dtype = dtype,
+             .root = root,
+             .bytes = recv.size(),
+             .src = send.data(),
+             .dst = recv.data()});
     detail::copy_bytes(recv.data(), slot(static_cast<std::size_t>(root)).src, recv.size());
     arrive(CollectiveKind::broadcast);
     return {};
@@ -313,11 +332,12 @@ class ThreadComm final : public Communicator {
       keys[r] = slot(r).key;
     }
     const std::vector<int> members = detail::split_members(colors, keys, rank());
-    const int my_index = static_cast<int>(
-        std::find(members.begin(), members.end(), rank()) - members.begin());
+    const int my_index =
+        static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
     if (my_index == 0) {
       CommGroup g{.name = std::move(name), .world_ranks = {}};
-      for (int m : members) g.world_ranks.push_back(group().world_ranks[static_cast<std::size_t>(m)]);
+      for (int m : members)
+        g.world_ranks.push_back(group().world_ranks[static_cast<std::size_t>(m)]);
       auto created = std::make_shared<detail::ThreadGroupState>(state_->world, std::move(g));
       state_->world->add_group(created);
       state_->slots[static_cast<std::size_t>(rank())].created = std::move(created);

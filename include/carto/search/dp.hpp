@@ -1,0 +1,892 @@
+// carto/search/dp.hpp — the exact dynamic program over one graph on one mesh: every op's strategy,
+// the resharding between ops and activation checkpointing per transformer block, under one ZeRO
+// stage and one micro-batch count, with a Pareto frontier of (step time, peak memory).
+//
+// Design note (DESIGN.md §6).
+//
+// Cost of an assignment (one strategy per op, one checkpoint flag per block). The per-op rules are
+// evaluate_assignment's (search/evaluate.hpp), applied incrementally: a tensor is stored in its
+// producer's output spec (a parameter or graph input in its first consumer's input spec); an op
+// reading another spec pays the Dijkstra reshard before it, and the gradient it hands back pays the
+// move to the spec the producer needs; a parameter read in another spec than stored pays the move
+// of its gradient home; saved inputs follow the regather rule; buffers are deduplicated by identity
+// (a view without a move aliases its input's buffer). On top of that, for m micro-batches:
+//   step time = m · (compute + collectives inside ops + reshards + regathers
+//                    + recompute of checkpointed blocks + ZeRO-3 parameter gathers)
+//             + parameter-gradient reductions (once per step, after accumulation).
+// A checkpointed block recomputes its forward (compute, forward collectives and forward reshards of
+// its ops) in backward.
+//
+// Memory per device (the schedule model of DESIGN.md §5, the same one the brute force uses):
+//   peak = P + Σ_g K_g + max(0, max_g X_g)
+// P: parameters, gradients and AdamW states of every parameter in its stored spec, persistent for
+// the whole step; ZeRO shards them over the N devices that hold the same parameter slice (the
+// parameter's data-parallel group): stage 1 the optimizer states, stage 2 also the gradients, stage
+// 3 also the parameters (each gathered in forward and again in backward: ZeRO-3's all-gathers).
+// K_g: what group g keeps from its forward to its backward: its saved activations A_g, or only its
+// input's buffer if it is a checkpointed block. X_g: what g adds on top while it runs: the largest
+// workspace T_g of one of its ops, plus, for a checkpointed block, its rematerialized activations
+// (A_g − its input + T_g). All groups' K are held at the start of backward, where the peak of a
+// training step lies (Korthikanti et al. 2022 §4 take the same point); X_g is the largest excursion
+// above it.
+//
+// The DP. Ops are visited in graph order. A state is what the rest of the graph can still see of
+// the past: for every live tensor (one with a consumer still to come) its stored spec and the
+// identity, size and saved-flag of its buffer, and whether the open block is checkpointed (decided
+// when the block is entered). A label is a partial cost: time (recompute included), base (P and K
+// so far, plus A of an open unchecked group), extra (max X so far), and an open checkpointed
+// block's A and open group's T. Every future cost is non-decreasing in every label component, so
+// keeping, per state, the labels no other label dominates in all components loses no plan on the
+// Pareto frontier of (time, base + extra): the DP is exact, and tests/search compares it with brute
+// force.
+//
+// Search space: every strategy of every op (or the subset a StrategyFilter allows), except that a
+// view reads its input in the spec it is stored in: a view moves no data, so moving its input first
+// costs what moving its output afterwards costs, and the consumer of the view can do that. (Without
+// this rule the three head views of a fused QKV multiply the states by the cube of their specs.)
+//
+// Identical transformer blocks (same ops, shapes and wiring) share one transfer table: the first
+// block's internal DP is run once per entry spec of the residual stream, from a zero label, and its
+// per-exit-state frontiers are combined with the labels arriving at every block. That combination
+// is exact for the same monotonicity reason. Tensors that live across a block without being used in
+// it (a tied embedding table) ride along in the state.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "carto/cost/collectives.hpp"
+#include "carto/cost/hardware.hpp"
+#include "carto/cost/reshard.hpp"
+#include "carto/error.hpp"
+#include "carto/graph/graph.hpp"
+#include "carto/profile/op_cost.hpp"
+#include "carto/profile/options.hpp"
+#include "carto/search/strategy.hpp"
+#include "carto/spec/layout.hpp"
+#include "carto/spec/mesh.hpp"
+
+namespace carto {
+
+enum class CheckpointChoice : std::uint8_t { none, all, search };
+
+struct DpOptions {
+  Precision precision = Precision::mixed_bf16;
+  LayerNormStats layernorm_stats = LayerNormStats::counted;
+  int zero_stage = 0;              // 0..3
+  std::int64_t micro_batches = 1;  // m: the step runs m forward/backward passes
+  CheckpointChoice checkpoint = CheckpointChoice::search;
+};
+
+// The strategies each op may use: all of enumerate_strategies, or a subset (pins). allowed[k] lists
+// indices into enumerate_strategies(g, k, mesh) order; empty = all.
+struct StrategyFilter {
+  std::vector<std::vector<std::size_t>> allowed{};
+};
+
+// One point of the frontier, with the choices that give it.
+struct DpPoint {
+  double time_s = 0;
+  std::int64_t peak_bytes = 0;
+  std::vector<std::size_t> strategy{};  // per op: index into enumerate_strategies order
+  std::vector<bool> checkpointed{};     // per group: a checkpointed transformer block
+};
+
+struct DpResult {
+  std::vector<DpPoint> frontier{};  // increasing time, decreasing peak
+  std::size_t labels_created = 0;   // work done, for benchmarks
+};
+
+namespace detail {
+
+// Per-parameter persistent bytes under a ZeRO stage: parameters + gradients (at the parameter's
+// dtype) + optimizer states, the sharded parts divided by the replica count (rounded up).
+inline std::int64_t zero_persistent_bytes(std::int64_t elements, std::int64_t element_size,
+                                          Precision precision, int zero_stage,
+                                          std::int64_t replicas) {
+  auto shard = [&](std::int64_t bytes) { return (bytes + replicas - 1) / replicas; };
+  const std::int64_t p = elements * element_size;
+  const std::int64_t g = elements * element_size;
+  const std::int64_t o = elements * optimizer_bytes_per_param(precision);
+  switch (zero_stage) {
+    case 0: return p + g + o;
+    case 1: return p + g + shard(o);
+    case 2: return p + shard(g) + shard(o);
+    default: return shard(p) + shard(g) + shard(o);
+  }
+}
+
+// ZeRO-3's all-gather of one parameter buffer of `bytes` per device (its unsharded local size) from
+// its shards over the axes that do not split it, innermost axis first; one direction.
+inline double zero3_gather_time(std::int64_t bytes, const ShardingSpec& stored,
+                                const DeviceMesh& mesh, const HardwareProfile& hw) {
+  std::int64_t replicas = 1;
+  for (const MeshAxis& a : mesh.axes()) {
+    if (!stored.uses(a.name)) replicas *= a.size;
+  }
+  double t = 0;
+  std::int64_t current = (bytes + replicas - 1) / replicas;
+  for (std::size_t i = mesh.num_axes(); i-- > 0;) {
+    const MeshAxis& a = mesh.axis(i);
+    if (stored.uses(a.name) || a.size == 1) continue;
+    current *= a.size;
+    t += collective_time(Collective::all_gather, mesh, a.name, current, hw);
+  }
+  return t;
+}
+
+inline std::int64_t replicas_of(const ShardingSpec& stored, const DeviceMesh& mesh) {
+  return replication_factor(stored, mesh);
+}
+
+// What the DP needs of every op and strategy, computed once.
+class DpModel {
+ public:
+  DpModel(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
+          const DpOptions& options, const StrategyFilter& filter)
+      : g_(g), mesh_(mesh), hw_(hw), options_(options) {
+    if (options.zero_stage < 0 || options.zero_stage > 3) {
+      fail("carto: ZeRO stage ", options.zero_stage, " does not exist; use 0, 1, 2 or 3");
+    }
+    if (options.micro_batches < 1)
+      fail("carto: micro-batches must be at least 1; got ", options.micro_batches);
+    const std::size_t nt = g.tensors().size();
+    last_use_.assign(nt, -1);
+    first_use_.assign(nt, -1);
+    for (std::size_t k = 0; k < g.num_ops(); ++k) {
+      for (TensorId t : g.ops()[k].inputs) {
+        last_use_[t.index()] = static_cast<std::int32_t>(k);
+        if (first_use_[t.index()] < 0) first_use_[t.index()] = static_cast<std::int32_t>(k);
+      }
+    }
+    graphs_.assign(nt, nullptr);
+    bytes_.assign(nt, {});
+    const StrategyOptions sopt{.precision = options.precision,
+                               .layernorm_stats = options.layernorm_stats};
+    ops_.resize(g.num_ops());
+    for (std::size_t k = 0; k < g.num_ops(); ++k) {
+      const OpId o{static_cast<std::int32_t>(k)};
+      std::vector<Strategy> all = enumerate_strategies(g, o, mesh, sopt);
+      std::vector<std::size_t> pick;
+      if (k < filter.allowed.size() && !filter.allowed[k].empty()) {
+        pick = filter.allowed[k];
+      } else {
+        for (std::size_t i = 0; i < all.size(); ++i) pick.push_back(i);
+      }
+      for (std::size_t i : pick) {
+        if (i >= all.size())
+          fail("carto: strategy index ", i, " of op ", k, " is out of range (", all.size(), ")");
+        ops_[k].push_back(make(k, all[i], i));
+      }
+      if (ops_[k].empty())
+        fail("carto: op ", k, " (", to_string_view(g.ops()[k].kind), ") has no strategy left");
+    }
+  }
+
+  struct Input {
+    std::uint32_t want = 0;  // spec index of the input spec
+    std::uint32_t want_plain =
+        0;                   // without Partial (the gradient spec a parameter gets reduced to)
+    std::uint32_t grad = 0;  // spec index of the gradient this op hands back
+    bool saved = false;      // saved for backward (non-parameter)
+  };
+  struct Choice {
+    std::size_t index = 0;  // in enumerate_strategies order
+    StaticVector<Input, 3> inputs{};
+    std::uint32_t output = 0;
+    double micro_s = 0;    // compute + inside-op collectives, one micro-batch
+    double forward_s = 0;  // compute + inside-op collectives of forward (recompute)
+    double sync_s = 0;     // parameter-gradient reductions, once per step
+    std::int64_t private_saved = 0;
+    std::int64_t temporaries = 0;
+    bool saves_output = false;
+  };
+
+  [[nodiscard]] const Graph& graph() const { return g_; }
+  [[nodiscard]] const DeviceMesh& mesh() const { return mesh_; }
+  [[nodiscard]] const HardwareProfile& hardware() const { return hw_; }
+  [[nodiscard]] const DpOptions& options() const { return options_; }
+  [[nodiscard]] const std::vector<Choice>& choices(std::size_t k) const { return ops_[k]; }
+  [[nodiscard]] std::int32_t last_use(TensorId t) const { return last_use_[t.index()]; }
+  [[nodiscard]] std::int32_t first_use(TensorId t) const { return first_use_[t.index()]; }
+
+  ReshardGraph& reshard_graph(TensorId t) {
+    if (graphs_[t.index()] == nullptr) {
+      const TensorInfo& info = g_.tensor(t);
+      const DType dt = info.kind == TensorKind::index ? DType::fp32 : info.dtype;
+      const std::string key = detail::concat(info.shape, '|', dt);
+      auto it = by_shape_.find(key);
+      if (it == by_shape_.end()) {
+        it = by_shape_
+                 .emplace(key, std::make_unique<ReshardGraph>(
+                                   info.shape, dt, mesh_, hw_,
+                                   ReshardOptions{.make_partial = MakePartial::allow}))
+                 .first;
+      }
+      graphs_[t.index()] = it->second.get();
+      bytes_[t.index()].assign(graphs_[t.index()]->size(), -1);
+    }
+    return *graphs_[t.index()];
+  }
+  std::uint32_t spec_index(TensorId t, const ShardingSpec& s) {
+    return static_cast<std::uint32_t>(reshard_graph(t).index(s, "strategy spec"));
+  }
+  const ShardingSpec& spec(TensorId t, std::uint32_t i) { return reshard_graph(t).spec(i); }
+  double move_time(TensorId t, std::uint32_t from, std::uint32_t to) {
+    if (from == to) return 0;
+    return reshard_graph(t).time(from, to);
+  }
+  std::int64_t local_bytes(TensorId t, std::uint32_t spec_index) {
+    ReshardGraph& rg = reshard_graph(t);
+    std::int64_t& b = bytes_[t.index()][spec_index];
+    if (b < 0)
+      b = local_shape(g_.tensor(t).shape, rg.spec(spec_index), mesh_).numel() *
+          element_bytes(g_.tensor(t));
+    return b;
+  }
+  // Persistent bytes and ZeRO-3 gather time (both directions, one micro-batch) of a parameter
+  // stored in spec `s`.
+  std::pair<std::int64_t, double> parameter_cost(TensorId t, std::uint32_t s) {
+    const std::int64_t bytes = local_bytes(t, s);
+    const std::int64_t elements = bytes / element_bytes(g_.tensor(t));
+    const ShardingSpec& stored = spec(t, s);
+    const std::int64_t persistent =
+        zero_persistent_bytes(elements, element_bytes(g_.tensor(t)), options_.precision,
+                              options_.zero_stage, replicas_of(stored, mesh_));
+    const double gather =
+        options_.zero_stage == 3 ? 2 * zero3_gather_time(bytes, stored, mesh_, hw_) : 0.0;
+    return {persistent, gather};
+  }
+
+ private:
+  Choice make(std::size_t k, const Strategy& s, std::size_t index) {
+    const Op& op = g_.ops()[k];
+    Choice c;
+    c.index = index;
+    const auto saved = saved_tensors(g_, op);
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      const TensorId t = op.inputs[i];
+      Input in;
+      in.want = spec_index(t, s.sharding.inputs[i]);
+      in.want_plain = spec_index(t, without_partial(s.sharding.inputs[i]));
+      in.grad = spec_index(t, s.gradients[i]);
+      in.saved = g_.tensor(t).kind != TensorKind::parameter &&
+                 std::find(saved.begin(), saved.end(), t) != saved.end();
+      c.inputs.push_back(in);
+    }
+    c.output = spec_index(op.output, s.sharding.output);
+    c.saves_output = std::find(saved.begin(), saved.end(), op.output) != saved.end();
+    const StrategyTime t = strategy_time(s, mesh_, hw_);
+    c.sync_s = collectives_time(s.gradient_sync, mesh_, hw_);
+    c.forward_s = t.compute_forward_s + t.comm_forward_s;
+    c.micro_s = t.compute_forward_s + t.compute_backward_s + t.comm_forward_s +
+                (t.comm_backward_s - c.sync_s);
+    c.private_saved = s.cost.private_saved_bytes;
+    c.temporaries = s.memory.temporaries;
+    return c;
+  }
+
+  const Graph& g_;
+  const DeviceMesh& mesh_;
+  const HardwareProfile& hw_;
+  DpOptions options_;
+  std::vector<std::int32_t> last_use_;
+  std::vector<std::int32_t> first_use_;
+  std::vector<std::vector<Choice>> ops_;
+  std::vector<ReshardGraph*> graphs_;
+  std::vector<std::vector<std::int64_t>> bytes_;
+  std::map<std::string, std::unique_ptr<ReshardGraph>> by_shape_;
+};
+
+// A live tensor in a DP state.
+struct Live {
+  std::int32_t tensor = 0;
+  std::uint32_t spec = 0;
+  std::int32_t root = 0;   // buffer identity (a tensor index)
+  std::int64_t bytes = 0;  // the buffer's bytes
+  bool saved = false;      // the buffer is already counted as saved
+  friend bool operator==(const Live&, const Live&) = default;
+};
+
+// What the rest of the graph can see of the past: the live tensors (sorted by tensor), and whether
+// the open transformer block is checkpointed (with its input's bytes, which it keeps).
+struct State {
+  std::vector<Live> live{};
+  bool checkpoint = false;
+  std::int64_t checkpoint_input = 0;
+  friend bool operator==(const State&, const State&) = default;
+};
+
+struct StateHash {
+  std::size_t operator()(const State& s) const {
+    std::size_t h = 1469598103934665603ULL;
+    auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+    for (const Live& l : s.live) {
+      mix(static_cast<std::uint64_t>(l.tensor));
+      mix(l.spec);
+      mix(static_cast<std::uint64_t>(l.root));
+      mix(static_cast<std::uint64_t>(l.bytes));
+      mix(l.saved ? 1 : 0);
+    }
+    mix(s.checkpoint ? 1 : 0);
+    mix(static_cast<std::uint64_t>(s.checkpoint_input));
+    return h;
+  }
+};
+
+// A partial cost. Every component only grows along the graph and the final cost (time, base +
+// extra) is non-decreasing in each, so dominance in all components is safe pruning.
+struct Label {
+  double time = 0;        // step time so far (recompute of the open checkpointed block included)
+  std::int64_t base = 0;  // P so far + K of closed groups + A of the open group if not checkpointed
+  std::int64_t extra = 0;       // max over closed groups of X_g
+  std::int64_t open_saved = 0;  // open checkpointed block: A so far
+  std::int64_t open_temp = 0;   // open group: T so far
+  std::int32_t trace = -1;
+};
+
+inline bool dominates(const Label& a, const Label& b) {
+  return a.time <= b.time && a.base <= b.base && a.extra <= b.extra &&
+         a.open_saved <= b.open_saved && a.open_temp <= b.open_temp;
+}
+
+// Inserts `l` unless dominated; removes the labels it dominates.
+inline bool insert_label(std::vector<Label>& labels, const Label& l) {
+  for (const Label& x : labels) {
+    if (dominates(x, l)) return false;
+  }
+  labels.erase(
+      std::remove_if(labels.begin(), labels.end(), [&](const Label& x) { return dominates(l, x); }),
+      labels.end());
+  labels.push_back(l);
+  return true;
+}
+
+using Frontier = std::unordered_map<State, std::vector<Label>, StateHash>;
+
+// How a label came to be: an op's choice, a block's checkpoint decision, or a memoized block.
+struct Trace {
+  std::int32_t parent = -1;
+  std::int32_t op = -1;      // op choice: the op index
+  std::int32_t choice = -1;  // op choice: index into DpModel::choices(op)
+  std::int32_t group = -1;   // block entry or memoized block: the group
+  std::int32_t block_trace =
+      -1;                   // memoized block: the last trace of its internal run (block 0's ops)
+  bool checkpoint = false;  // block entry or memoized block: checkpointed
+};
+
+class Dp {
+ public:
+  explicit Dp(DpModel& model) : m_(model), g_(model.graph()) {
+    for (const Op& op : g_.ops()) {
+      if (op.group < 0) {
+        fail("carto: the search needs every op inside a group (Graph::begin_group/end_group); op ",
+             to_string_view(op.kind), " is in none");
+      }
+    }
+  }
+
+  DpResult run() {
+    Frontier front;
+    front[State{}].push_back(Label{});
+    const auto& groups = g_.groups();
+    std::size_t k = 0;
+    while (k < g_.num_ops()) {
+      const std::int32_t gi = g_.ops()[k].group;
+      const OpGroup& grp = groups[static_cast<std::size_t>(gi)];
+      const bool block = grp.kind == GroupKind::transformer_block;
+      if (block && static_cast<std::size_t>(grp.first_op) == k && memo_usable(gi, front)) {
+        front = apply_block(gi, front);
+        k = static_cast<std::size_t>(grp.end_op);
+        continue;
+      }
+      if (block && static_cast<std::size_t>(grp.first_op) == k) front = enter_block(gi, front);
+      front = step(k, front);
+      if (static_cast<std::size_t>(grp.end_op) == k + 1) front = end_group(front);
+      ++k;
+    }
+    return collect(front);
+  }
+
+  [[nodiscard]] std::size_t labels_created() const { return labels_created_; }
+
+ private:
+  static std::vector<Live>::iterator find(std::vector<Live>& v, std::int32_t t) {
+    return std::find_if(v.begin(), v.end(), [t](const Live& l) { return l.tensor == t; });
+  }
+  static void sort_live(std::vector<Live>& v) {
+    std::sort(v.begin(), v.end(), [](const Live& a, const Live& b) { return a.tensor < b.tensor; });
+  }
+
+  // ---- block entry: the checkpoint decision ----
+  std::vector<bool> checkpoint_options() const {
+    switch (m_.options().checkpoint) {
+      case CheckpointChoice::none: return {false};
+      case CheckpointChoice::all: return {true};
+      case CheckpointChoice::search: return {false, true};
+    }
+    return {false};
+  }
+
+  Frontier enter_block(std::int32_t gi, const Frontier& in) {
+    Frontier out;
+    const TensorId x = block_input(gi);
+    for (const auto& [state, labels] : in) {
+      std::int64_t input_bytes = 0;
+      for (const Live& l : state.live) {
+        if (x.valid() && l.tensor == x.value) input_bytes = l.bytes;
+      }
+      for (const bool ckpt : checkpoint_options()) {
+        State next = state;
+        next.checkpoint = ckpt;
+        next.checkpoint_input = ckpt ? input_bytes : 0;
+        std::vector<Label>& dst = out[next];
+        for (const Label& l : labels) {
+          Label n = l;
+          if (ckpt) n.base += input_bytes;
+          n.trace = push_trace({.parent = l.trace, .group = gi, .checkpoint = ckpt});
+          if (!insert_label(dst, n)) --traces_used_;
+        }
+      }
+    }
+    return out;
+  }
+
+  // ---- one op ----
+  Frontier step(std::size_t k, const Frontier& in) {
+    Frontier out;
+    for (const auto& [state, labels] : in) {
+      for (std::size_t c = 0; c < m_.choices(k).size(); ++c) {
+        Label delta{};
+        State next;
+        if (!transition(k, c, state, delta, next)) continue;
+        std::vector<Label>& dst = out[next];
+        for (const Label& l : labels) {
+          Label n = l;
+          n.time += delta.time;
+          n.base += delta.base;
+          n.open_saved += delta.open_saved;
+          if (state.checkpoint) {
+            n.open_temp = std::max(n.open_temp, delta.open_temp);
+          } else {
+            n.extra = std::max(n.extra, delta.open_temp);  // X_g = T_g: no need to wait for the end
+          }
+          n.trace = push_trace({.parent = l.trace,
+                                .op = static_cast<std::int32_t>(k),
+                                .choice = static_cast<std::int32_t>(c)});
+          if (!insert_label(dst, n)) --traces_used_;
+          ++labels_created_;
+        }
+      }
+    }
+    for (auto it = out.begin(); it != out.end();)
+      it = it->second.empty() ? out.erase(it) : std::next(it);
+    return out;
+  }
+
+  // The cost of op k with choice c from `state` (label-independent), and the next state.
+  bool transition(std::size_t k, std::size_t c, const State& state, Label& d, State& next) {
+    const Op& op = g_.ops()[k];
+    const DpModel::Choice& ch = m_.choices(k)[c];
+    const double m = static_cast<double>(m_.options().micro_batches);
+    next = state;
+    std::vector<Live>& live = next.live;
+    double micro = ch.micro_s;
+    double fwd = ch.forward_s;
+    std::int64_t saved = ch.private_saved;
+    d.time = ch.sync_s;
+    d.open_temp = ch.temporaries;
+    auto mark_saved = [&](std::int32_t root) {
+      for (Live& l : live) {
+        if (l.root == root) l.saved = true;
+      }
+    };
+    std::vector<std::int32_t> saved_roots_now;  // roots saved by this op (dedupe within the op)
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      const TensorId t = op.inputs[i];
+      const TensorInfo& info = g_.tensor(t);
+      const DpModel::Input& in = ch.inputs[i];
+      auto it = find(live, t.value);
+      Live stored;
+      if (it == live.end()) {
+        if (info.producer.valid())
+          fail("carto: internal: tensor ", t.value, " is not live at op ", k);
+        // First consumer of a parameter or graph input: stored as read.
+        stored = {.tensor = t.value,
+                  .spec = in.want,
+                  .root = t.value,
+                  .bytes = m_.local_bytes(t, in.want),
+                  .saved = false};
+        if (info.kind == TensorKind::parameter) {
+          const auto [persistent, gather] = m_.parameter_cost(t, in.want);
+          d.base += persistent;
+          micro += gather;
+          fwd += gather / 2;  // the forward gather reruns with the block's recompute
+        }
+        if (m_.last_use(t) > static_cast<std::int32_t>(k)) {
+          live.push_back(stored);
+          sort_live(live);
+        }
+      } else {
+        stored = *it;
+      }
+      const bool moved = stored.spec != in.want;
+      if (moved && op.kind == OpKind::view)
+        return false;  // views move no data (see the design note)
+      double forward_move = 0;
+      if (moved) {
+        forward_move = m_.move_time(t, stored.spec, in.want);
+        if (!(forward_move < std::numeric_limits<double>::infinity())) return false;
+        micro += forward_move;
+        fwd += forward_move;
+      }
+      if (info.kind == TensorKind::parameter) {
+        if (moved) {
+          const double back = m_.move_time(t, in.want_plain, stored.spec);
+          if (!(back < std::numeric_limits<double>::infinity())) return false;
+          micro += back;
+        }
+      } else if (info.kind == TensorKind::activation && info.producer.valid()) {
+        const std::uint32_t needed = m_.spec_index(t, without_partial(m_.spec(t, stored.spec)));
+        if (in.grad != needed) {
+          const double back = m_.move_time(t, in.grad, needed);
+          if (!(back < std::numeric_limits<double>::infinity())) return false;
+          micro += back;
+        }
+      }
+      if (in.saved) {
+        const bool already =
+            stored.saved || std::find(saved_roots_now.begin(), saved_roots_now.end(),
+                                      stored.root) != saved_roots_now.end();
+        if (!moved || m_.local_bytes(t, stored.spec) < m_.local_bytes(t, in.want)) {
+          if (!already) saved += stored.bytes;
+          saved_roots_now.push_back(stored.root);
+          mark_saved(stored.root);
+          if (moved) micro += forward_move;  // regather before the op's backward
+        } else {
+          saved += m_.local_bytes(t, in.want);
+        }
+      }
+    }
+    // The output.
+    Live out{.tensor = op.output.value,
+             .spec = ch.output,
+             .root = op.output.value,
+             .bytes = m_.local_bytes(op.output, ch.output),
+             .saved = false};
+    if (op.kind == OpKind::view) {  // unmoved (checked above): aliases its input's buffer
+      auto src = find(live, op.inputs[0].value);
+      if (src != live.end()) {
+        out.root = src->root;
+        out.bytes = src->bytes;
+        out.saved = src->saved;
+      }
+    }
+    if (ch.saves_output && !out.saved) {  // softmax, fused attention
+      saved += out.bytes;
+      out.saved = true;
+    }
+    // Drop what is dead after op k, then add the output if something reads it later.
+    live.erase(std::remove_if(live.begin(), live.end(),
+                              [&](const Live& l) {
+                                return m_.last_use(TensorId{l.tensor}) <=
+                                       static_cast<std::int32_t>(k);
+                              }),
+               live.end());
+    if (m_.last_use(op.output) > static_cast<std::int32_t>(k)) {
+      for (const Live& l : live) {
+        if (l.root == out.root && l.saved) out.saved = true;
+      }
+      live.push_back(out);
+      sort_live(live);
+    }
+    d.time += m * micro;
+    if (state.checkpoint) {
+      d.time += m * fwd;  // recomputed in backward
+      d.open_saved = saved;
+    } else {
+      d.base += saved;
+    }
+    return true;
+  }
+
+  // ---- groups ----
+  // The block input of group gi: the activation its ops read that was produced before the group.
+  TensorId block_input(std::int32_t gi) const {
+    const OpGroup& grp = g_.groups()[static_cast<std::size_t>(gi)];
+    for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
+      for (TensorId t : g_.ops()[static_cast<std::size_t>(k)].inputs) {
+        const TensorInfo& info = g_.tensor(t);
+        if (info.kind == TensorKind::activation && info.producer.valid() &&
+            info.producer.value < grp.first_op)
+          return t;
+      }
+    }
+    return TensorId{};
+  }
+
+  // X_g of the open group: T_g, or A_g − input + T_g for a checkpointed block.
+  static Label close(const Label& l, const State& state) {
+    Label n = l;
+    const std::int64_t x =
+        state.checkpoint ? l.open_saved - state.checkpoint_input + l.open_temp : l.open_temp;
+    n.extra = std::max(l.extra, x);
+    n.open_saved = 0;
+    n.open_temp = 0;
+    return n;
+  }
+
+  Frontier end_group(const Frontier& in) {
+    Frontier out;
+    for (const auto& [state, labels] : in) {
+      State next = state;
+      next.checkpoint = false;
+      next.checkpoint_input = 0;
+      std::vector<Label>& dst = out[next];
+      for (const Label& l : labels) {
+        Label n = close(l, state);
+        n.trace = l.trace;
+        insert_label(dst, n);
+      }
+    }
+    return out;
+  }
+
+  // ---- memoized blocks ----
+  struct BlockExit {
+    std::vector<Live> live;     // relative to the first block's tensors
+    std::vector<Label> labels;  // internal, from a zero label, closed
+  };
+  using ExitKey =
+      std::tuple<std::uint32_t, bool, std::int64_t, bool>;  // spec, saved, bytes, checkpoint
+
+  std::int32_t first_block_ = -1;
+  std::map<ExitKey, std::vector<BlockExit>> exits_{};
+
+  bool same_structure(std::int32_t a, std::int32_t b) const {
+    const OpGroup& ga = g_.groups()[static_cast<std::size_t>(a)];
+    const OpGroup& gb = g_.groups()[static_cast<std::size_t>(b)];
+    if (ga.end_op - ga.first_op != gb.end_op - gb.first_op) return false;
+    const std::int32_t dt = block_input(b).value - block_input(a).value;
+    for (std::int32_t i = 0; i < ga.end_op - ga.first_op; ++i) {
+      const Op& x = g_.ops()[static_cast<std::size_t>(ga.first_op + i)];
+      const Op& y = g_.ops()[static_cast<std::size_t>(gb.first_op + i)];
+      if (x.kind != y.kind || x.inputs.size() != y.inputs.size() || x.dim != y.dim ||
+          x.view != y.view || x.masking != y.masking || x.probability != y.probability ||
+          x.factor != y.factor || !(x.einsum.output == y.einsum.output) ||
+          !(x.einsum.inputs == y.einsum.inputs)) {
+        return false;
+      }
+      if (y.output.value - x.output.value != dt) return false;
+      const auto& cx = m_.choices(static_cast<std::size_t>(ga.first_op + i));
+      const auto& cy = m_.choices(static_cast<std::size_t>(gb.first_op + i));
+      if (cx.size() != cy.size()) return false;
+      for (std::size_t j = 0; j < cx.size(); ++j) {
+        if (cx[j].index != cy[j].index) return false;
+      }
+      for (std::size_t j = 0; j < x.inputs.size(); ++j) {
+        if (y.inputs[j].value - x.inputs[j].value != dt) return false;
+        const TensorInfo& tx = g_.tensor(x.inputs[j]);
+        const TensorInfo& ty = g_.tensor(y.inputs[j]);
+        if (!(tx.shape == ty.shape) || tx.dtype != ty.dtype || tx.kind != ty.kind) return false;
+      }
+    }
+    return true;
+  }
+
+  // Whether block gi can use the transfer table: same structure as the first block, its input owns
+  // its buffer, no other live tensor is read inside it, and nothing it produces is read after it
+  // except its last op's output.
+  bool memo_usable(std::int32_t gi, const Frontier& front) {
+    if (first_block_ < 0) first_block_ = gi;
+    if (!same_structure(first_block_, gi)) return false;
+    const TensorId x = block_input(gi);
+    if (!x.valid()) return false;
+    const OpGroup& grp = g_.groups()[static_cast<std::size_t>(gi)];
+    for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
+      const Op& op = g_.ops()[static_cast<std::size_t>(k)];
+      if (k + 1 < grp.end_op && m_.last_use(op.output) >= grp.end_op) return false;
+      for (TensorId t : op.inputs) {
+        if (t == x) continue;
+        if (g_.tensor(t).producer.valid() && g_.tensor(t).producer.value < grp.first_op)
+          return false;
+        if (!g_.tensor(t).producer.valid() && m_.first_use(t) < grp.first_op) return false;
+      }
+    }
+    for (const auto& [state, labels] : front) {
+      for (const Live& l : state.live) {
+        if (l.tensor == x.value && l.root != x.value) return false;
+      }
+    }
+    return true;
+  }
+
+  const std::vector<BlockExit>& block_exits(const Live& entry, bool checkpoint) {
+    const ExitKey key{entry.spec, entry.saved, entry.bytes, checkpoint};
+    auto it = exits_.find(key);
+    if (it != exits_.end()) return it->second;
+    const OpGroup& grp = g_.groups()[static_cast<std::size_t>(first_block_)];
+    const TensorId x = block_input(first_block_);
+    Live start = entry;
+    start.tensor = x.value;
+    start.root = x.value;
+    State s0{.live = {start},
+             .checkpoint = checkpoint,
+             .checkpoint_input = checkpoint ? entry.bytes : 0};
+    Frontier f;
+    Label zero{};
+    if (checkpoint) zero.base = entry.bytes;
+    f[s0].push_back(zero);
+    for (std::int32_t k = grp.first_op; k < grp.end_op; ++k)
+      f = step(static_cast<std::size_t>(k), f);
+    f = end_group(f);
+    std::vector<BlockExit> exits;
+    for (auto& [state, labels] : f) exits.push_back({state.live, labels});
+    return exits_.emplace(key, std::move(exits)).first->second;
+  }
+
+  Frontier apply_block(std::int32_t gi, const Frontier& in) {
+    const TensorId x = block_input(gi);
+    const std::int32_t dt = x.value - block_input(first_block_).value;
+    Frontier out;
+    for (const auto& [state, labels] : in) {
+      std::vector<Live> rest;
+      Live entry{};
+      bool found = false;
+      for (const Live& l : state.live) {
+        if (l.tensor == x.value) {
+          entry = l;
+          found = true;
+        } else {
+          rest.push_back(l);
+        }
+      }
+      if (!found)
+        fail("carto: internal: the input of block ", g_.groups()[static_cast<std::size_t>(gi)].name,
+             " is not live");
+      for (const bool ckpt : checkpoint_options()) {
+        for (const BlockExit& exit : block_exits(entry, ckpt)) {
+          State next{.live = rest};
+          for (Live l : exit.live) {
+            l.tensor += dt;
+            l.root += dt;
+            next.live.push_back(l);
+          }
+          sort_live(next.live);
+          std::vector<Label>& dst = out[next];
+          for (const Label& l : labels) {
+            for (const Label& internal : exit.labels) {
+              Label n = l;
+              n.time += internal.time;
+              n.base += internal.base;
+              n.extra = std::max(l.extra, internal.extra);
+              n.trace = push_trace({.parent = l.trace,
+                                    .group = gi,
+                                    .block_trace = internal.trace,
+                                    .checkpoint = ckpt});
+              if (!insert_label(dst, n)) --traces_used_;
+              ++labels_created_;
+            }
+          }
+        }
+      }
+    }
+    for (auto it = out.begin(); it != out.end();)
+      it = it->second.empty() ? out.erase(it) : std::next(it);
+    return out;
+  }
+
+  // ---- traces and results ----
+  std::int32_t push_trace(const Trace& t) {
+    if (traces_used_ < traces_.size()) {
+      traces_[traces_used_] = t;
+    } else {
+      traces_.push_back(t);
+    }
+    return static_cast<std::int32_t>(traces_used_++);
+  }
+
+  // Walks a trace back, filling op choices and checkpoint flags (ops of memoized blocks by offset).
+  void unwind(std::int32_t t, DpPoint& p) {
+    while (t >= 0) {
+      const Trace& tr = traces_[static_cast<std::size_t>(t)];
+      if (tr.group >= 0) p.checkpointed[static_cast<std::size_t>(tr.group)] = tr.checkpoint;
+      if (tr.block_trace >= 0) {
+        const std::int32_t ops_offset =
+            g_.groups()[static_cast<std::size_t>(tr.group)].first_op -
+            g_.groups()[static_cast<std::size_t>(first_block_)].first_op;
+        for (std::int32_t u = tr.block_trace; u >= 0;
+             u = traces_[static_cast<std::size_t>(u)].parent) {
+          const Trace& inner = traces_[static_cast<std::size_t>(u)];
+          if (inner.op >= 0) {
+            p.strategy[static_cast<std::size_t>(inner.op + ops_offset)] =
+                m_.choices(
+                      static_cast<std::size_t>(inner.op))[static_cast<std::size_t>(inner.choice)]
+                    .index;
+          }
+        }
+      } else if (tr.op >= 0) {
+        p.strategy[static_cast<std::size_t>(tr.op)] =
+            m_.choices(static_cast<std::size_t>(tr.op))[static_cast<std::size_t>(tr.choice)].index;
+      }
+      t = tr.parent;
+    }
+  }
+
+  DpResult collect(const Frontier& front) {
+    std::vector<Label> all;
+    for (const auto& [state, labels] : front) {
+      for (const Label& l : labels) all.push_back(l);
+    }
+    std::sort(all.begin(), all.end(), [](const Label& a, const Label& b) {
+      const std::int64_t pa = a.base + a.extra, pb = b.base + b.extra;
+      return a.time != b.time ? a.time < b.time : pa < pb;
+    });
+    DpResult r;
+    r.labels_created = labels_created_;
+    std::int64_t best_peak = std::numeric_limits<std::int64_t>::max();
+    for (const Label& l : all) {
+      const std::int64_t peak = l.base + l.extra;
+      if (peak >= best_peak) continue;
+      best_peak = peak;
+      DpPoint p;
+      p.time_s = l.time;
+      p.peak_bytes = peak;
+      p.strategy.assign(g_.num_ops(), 0);
+      p.checkpointed.assign(g_.groups().size(), false);
+      unwind(l.trace, p);
+      r.frontier.push_back(std::move(p));
+    }
+    return r;
+  }
+
+  DpModel& m_;
+  const Graph& g_;
+  std::vector<Trace> traces_{};
+  std::size_t traces_used_ = 0;
+  std::size_t labels_created_ = 0;
+};
+
+}  // namespace detail
+
+// The exact Pareto frontier of (step time, peak memory per device) of `g` on `mesh` under
+// `options`.
+inline DpResult dp_frontier(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
+                            const DpOptions& options = {}, const StrategyFilter& filter = {}) {
+  detail::DpModel model(g, mesh, hw, options, filter);
+  return detail::Dp(model).run();
+}
+
+}  // namespace carto

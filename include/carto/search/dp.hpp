@@ -88,6 +88,10 @@ struct DpOptions {
   int zero_stage = 0;              // 0..3
   std::int64_t micro_batches = 1;  // m: the step runs m forward/backward passes
   CheckpointChoice checkpoint = CheckpointChoice::search;
+  // 0: exact (the frontier equals brute force's). ε > 0: labels within a factor (1 + ε) in memory
+  // of a faster one are pruned at every step, which bounds the state sets on deep models; a plan's
+  // memory can then exceed the best plan's by up to a factor (1 + ε) per pruning step on its path.
+  double tolerance = 0;
 };
 
 // The strategies each op may use: all of enumerate_strategies, or a subset (pins). allowed[k] lists
@@ -374,6 +378,41 @@ inline bool insert_label(std::vector<Label>& labels, const Label& l) {
   return true;
 }
 
+// The labels of `candidates` that no other candidate dominates (duplicates keep one). Labels with
+// no open checkpointed block (open_saved = open_temp = 0) are filtered by a sweep in time order
+// over a (base, extra) staircase, O(n log n); others by pairwise insertion.
+// With tolerance ε > 0 a candidate is also dropped when a kept label is at most as slow and within
+// a factor (1 + ε) in base and extra: the search is then approximate (see DpOptions::tolerance).
+inline std::vector<Label> pareto_filter(std::vector<Label> candidates, double tolerance = 0) {
+  const bool flat = std::all_of(candidates.begin(), candidates.end(), [](const Label& l) {
+    return l.open_saved == 0 && l.open_temp == 0;
+  });
+  if (!flat) {
+    std::vector<Label> out;
+    for (const Label& l : candidates) insert_label(out, l);
+    return out;
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Label& a, const Label& b) {
+    if (a.time != b.time) return a.time < b.time;
+    if (a.base != b.base) return a.base < b.base;
+    return a.extra < b.extra;
+  });
+  std::map<std::int64_t, std::int64_t> stair;  // base -> extra, extra falling as base rises
+  std::vector<Label> out;
+  for (const Label& l : candidates) {
+    const auto slack = [tolerance](std::int64_t v) {
+      return tolerance == 0 ? v : v + static_cast<std::int64_t>(tolerance * static_cast<double>(v));
+    };
+    auto it = stair.upper_bound(slack(l.base));
+    if (it != stair.begin() && std::prev(it)->second <= slack(l.extra)) continue;  // dominated
+    out.push_back(l);
+    it = stair.lower_bound(l.base);
+    while (it != stair.end() && it->second >= l.extra) it = stair.erase(it);
+    stair[l.base] = l.extra;
+  }
+  return out;
+}
+
 using Frontier = std::unordered_map<State, std::vector<Label>, StateHash>;
 
 // How a label came to be: an op's choice, a block's checkpoint decision, or a memoized block.
@@ -466,13 +505,14 @@ class Dp {
 
   // ---- one op ----
   Frontier step(std::size_t k, const Frontier& in) {
-    Frontier out;
+    Frontier pending;
+    std::vector<Trace> links;
     for (const auto& [state, labels] : in) {
       for (std::size_t c = 0; c < m_.choices(k).size(); ++c) {
         Label delta{};
         State next;
         if (!transition(k, c, state, delta, next)) continue;
-        std::vector<Label>& dst = out[next];
+        std::vector<Label>& dst = pending[next];
         for (const Label& l : labels) {
           Label n = l;
           n.time += delta.time;
@@ -483,16 +523,21 @@ class Dp {
           } else {
             n.extra = std::max(n.extra, delta.open_temp);  // X_g = T_g: no need to wait for the end
           }
-          n.trace = push_trace({.parent = l.trace,
-                                .op = static_cast<std::int32_t>(k),
-                                .choice = static_cast<std::int32_t>(c)});
-          if (!insert_label(dst, n)) --traces_used_;
+          n.trace = static_cast<std::int32_t>(links.size());
+          links.push_back({.parent = l.trace,
+                           .op = static_cast<std::int32_t>(k),
+                           .choice = static_cast<std::int32_t>(c)});
+          dst.push_back(n);
           ++labels_created_;
         }
       }
     }
-    for (auto it = out.begin(); it != out.end();)
-      it = it->second.empty() ? out.erase(it) : std::next(it);
+    Frontier out;
+    for (auto& [state, candidates] : pending) {
+      std::vector<Label> kept = pareto_filter(std::move(candidates), m_.options().tolerance);
+      for (Label& l : kept) l.trace = push_trace(links[static_cast<std::size_t>(l.trace)]);
+      out[state] = std::move(kept);
+    }
     return out;
   }
 
@@ -761,6 +806,8 @@ class Dp {
     const TensorId x = block_input(gi);
     const std::int32_t dt = x.value - block_input(first_block_).value;
     Frontier out;
+    Frontier pending;
+    std::vector<Trace> links;
     for (const auto& [state, labels] : in) {
       std::vector<Live> rest;
       Live entry{};
@@ -785,23 +832,31 @@ class Dp {
             next.live.push_back(l);
           }
           sort_live(next.live);
-          std::vector<Label>& dst = out[next];
+          std::vector<Label>& dst = pending[next];
           for (const Label& l : labels) {
             for (const Label& internal : exit.labels) {
               Label n = l;
               n.time += internal.time;
               n.base += internal.base;
               n.extra = std::max(l.extra, internal.extra);
-              n.trace = push_trace({.parent = l.trace,
-                                    .group = gi,
-                                    .block_trace = internal.trace,
-                                    .checkpoint = ckpt});
-              if (!insert_label(dst, n)) --traces_used_;
+              // Until filtered, `trace` indexes `links`: the parent, the block's internal trace,
+              // the flag.
+              n.trace = static_cast<std::int32_t>(links.size());
+              links.push_back({.parent = l.trace,
+                               .group = gi,
+                               .block_trace = internal.trace,
+                               .checkpoint = ckpt});
+              dst.push_back(n);
               ++labels_created_;
             }
           }
         }
       }
+    }
+    for (auto& [state, candidates] : pending) {
+      std::vector<Label> kept = pareto_filter(std::move(candidates), m_.options().tolerance);
+      for (Label& l : kept) l.trace = push_trace(links[static_cast<std::size_t>(l.trace)]);
+      out[state] = std::move(kept);
     }
     for (auto it = out.begin(); it != out.end();)
       it = it->second.empty() ? out.erase(it) : std::next(it);

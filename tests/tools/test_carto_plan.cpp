@@ -118,3 +118,52 @@ TEST_CASE("carto-plan rejects bad input with one line and exit code 2", "[tools]
     REQUIRE(r.output.find("carto-plan") == 0);
   }
 }
+
+TEST_CASE("carto-plan plan: JSON fields, the frontier and a budget no plan meets",
+          "[tools][plan]") {
+  const std::string model =
+      "plan --layers 2 --hidden 32 --heads 4 --vocab 64 --seq 16 --devices 2 --batch 4 ";
+  const Run r = run(model + "--memory 1GiB --micro-batches 1,2 --json");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const Json j = Json::parse(r.output);
+  REQUIRE(j.at("mesh").as_array().size() == 1);
+  REQUIRE(j.at("mesh").as_array()[0].at("size").as_int() == 2);
+  REQUIRE(j.at("zero_stage").as_int() >= 0);
+  REQUIRE(j.at("micro_batches").as_int() >= 1);
+  REQUIRE(j.at("ops").as_array().size() > 10);
+  for (const Json& op : j.at("ops").as_array()) {
+    REQUIRE(op.at("name").is_string());
+    REQUIRE(op.at("strategy").is_string());
+    REQUIRE(op.at("input_specs").is_array());
+    REQUIRE(op.at("output_spec").is_string());
+    REQUIRE(op.at("checkpointed").is_bool());
+  }
+  const std::int64_t peak = j.at("predicted").at("peak_memory_bytes").as_int();
+  REQUIRE(peak <= std::int64_t{1} << 30);
+  REQUIRE(j.at("predicted").at("step_time_s").as_double() > 0);
+  std::int64_t parts = 0;
+  for (const auto& [k, v] : j.at("predicted").at("memory_breakdown").as_object())
+    parts += v.as_int();
+  REQUIRE(parts == peak);
+  const auto& frontier = j.at("frontier").as_array();
+  REQUIRE(frontier.size() >= 2);
+  for (std::size_t i = 1; i < frontier.size(); ++i) {
+    REQUIRE(frontier[i].at("time_s").as_double() > frontier[i - 1].at("time_s").as_double());
+    REQUIRE(frontier[i].at("peak_memory_bytes").as_int() <
+            frontier[i - 1].at("peak_memory_bytes").as_int());
+  }
+  REQUIRE(j.at("search_time_s").as_double() > 0);
+
+  const Run tight = run(model + "--memory 1000");
+  REQUIRE(tight.code == 2);
+  REQUIRE_THAT(tight.output,
+               Catch::Contains("no plan fits the memory budget of 1000 B per device; the least "
+                               "memory any plan needs is"));
+  const Run bad = run(model + "--memory 80GiBs");
+  REQUIRE(bad.code == 2);
+  REQUIRE_THAT(bad.output, Catch::Contains("unknown unit 'GiBs'"));
+  const Run pin = run(model + "--memory 1GiB --pin 'nothing=R'");
+  REQUIRE(pin.code == 2);
+  REQUIRE_THAT(pin.output, Catch::Contains("pin 'nothing=R' names no op"));
+}

@@ -21,7 +21,8 @@ Flags::Flags(std::string command, std::vector<FlagSpec> specs, const std::vector
       name.resize(eq);
     }
     const FlagSpec& s = spec(name);
-    if (values_.count(name) != 0) throw UsageError(command_ + ": --" + name + " is given twice");
+    if (values_.count(name) != 0 && !s.repeatable)
+      throw UsageError(command_ + ": --" + name + " is given twice");
     if (!s.takes_value) {
       if (inline_value) throw UsageError(command_ + ": --" + name + " takes no value");
       values_[name] = "";
@@ -34,6 +35,7 @@ Flags::Flags(std::string command, std::vector<FlagSpec> specs, const std::vector
     } else {
       throw UsageError(command_ + ": --" + name + " needs a value");
     }
+    repeated_[name].push_back(values_[name]);
   }
 }
 
@@ -46,6 +48,12 @@ const FlagSpec& Flags::spec(std::string_view name) const {
 }
 
 bool Flags::has(std::string_view name) const { return values_.find(name) != values_.end(); }
+
+std::vector<std::string> Flags::all(std::string_view name) const {
+  (void)spec(name);
+  const auto it = repeated_.find(name);
+  return it == repeated_.end() ? std::vector<std::string>{} : it->second;
+}
 
 std::optional<std::string> Flags::text(std::string_view name) const {
   (void)spec(name);

@@ -26,6 +26,7 @@ struct FlagSpec {
   std::string name;  // without the leading "--"
   bool takes_value = true;
   std::string help;
+  bool repeatable = false;  // may be given several times (see Flags::all)
 };
 
 class Flags {
@@ -33,6 +34,8 @@ class Flags {
   Flags(std::string command, std::vector<FlagSpec> specs, const std::vector<std::string>& args);
 
   [[nodiscard]] bool has(std::string_view name) const;
+  // Every value of a repeatable flag, in order.
+  [[nodiscard]] std::vector<std::string> all(std::string_view name) const;
   [[nodiscard]] std::optional<std::string> text(std::string_view name) const;
   // A whole number >= 1.
   [[nodiscard]] std::optional<std::int64_t> positive(std::string_view name) const;
@@ -49,6 +52,7 @@ class Flags {
   std::string command_;
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string, std::less<>> values_;
+  std::map<std::string, std::vector<std::string>, std::less<>> repeated_;
 };
 
 // 1234567 -> "1,234,567"

@@ -10,6 +10,7 @@ namespace carto::tools {
 
 int profile_command(const std::vector<std::string>& args, std::ostream& out);
 int models_command(const std::vector<std::string>& args, std::ostream& out);
+int plan_command(const std::vector<std::string>& args, std::ostream& out);
 int reshard_command(const std::vector<std::string>& args, std::ostream& out);
 int strategies_command(const std::vector<std::string>& args, std::ostream& out);
 

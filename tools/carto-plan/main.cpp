@@ -18,7 +18,9 @@ const char* const kUsage =
     "commands:\n"
     "  profile   FLOPs, parameters and memory of one training step of a GPT model, per layer\n"
     "  models    the model presets\n"
-    "  reshard   the cheapest steps from one sharding spec of a tensor to another, time and memory\n"
+    "  plan      the fastest sharded plan that fits a memory budget (joint DP search)\n"
+    "  reshard   the cheapest steps from one sharding spec of a tensor to another, time and "
+    "memory\n"
     "  strategies  each op of one transformer block: its sharding strategies, the cheapest first\n"
     "'carto-plan <command> --help' lists a command's flags.\n";
 
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
   try {
     if (command == "profile") return carto::tools::profile_command(args, std::cout);
+    if (command == "plan") return carto::tools::plan_command(args, std::cout);
     if (command == "models") return carto::tools::models_command(args, std::cout);
     if (command == "reshard") return carto::tools::reshard_command(args, std::cout);
     if (command == "strategies") return carto::tools::strategies_command(args, std::cout);

@@ -9,30 +9,28 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
+#include "model_flags.hpp"
 
 namespace carto::tools {
 
 namespace {
 
 std::vector<cli::FlagSpec> profile_flags() {
-  return {
-      {"model", true, "a preset (see 'carto-plan models'); the size flags override its values"},
-      {"layers", true, "transformer blocks"},
-      {"hidden", true, "hidden size h"},
-      {"heads", true, "attention heads a (must divide hidden)"},
-      {"vocab", true, "vocabulary size V"},
-      {"seq", true, "sequence length s"},
-      {"ffn-ratio", true, "MLP width as a multiple of hidden (default 4)"},
-      {"untied-head", false, "give the LM head its own weights (default: tied to the embedding)"},
-      {"batch", true, "micro-batch size b (default 1)"},
-      {"dtype", true, "bf16 (mixed precision, fp32 master weights and AdamW states) or fp32"},
-      {"attention", true, "materialized (scores stored) or fused (flash-style)"},
-      {"recompute", true, "none or full (checkpoint every transformer block)"},
-      {"dropout", true, "dropout probability in [0, 1) (default 0.1; 0 removes dropout)"},
-      {"layernorm-stats", true, "counted (default) or ignored (as Korthikanti et al. 2022 assume)"},
-      {"json", false, "print one JSON object instead of the table"},
-      {"help", false, "this text"},
-  };
+  std::vector<cli::FlagSpec> flags = model_flag_specs();
+  flags.insert(
+      flags.end(),
+      {
+          {"batch", true, "micro-batch size b (default 1)"},
+          {"dtype", true, "bf16 (mixed precision, fp32 master weights and AdamW states) or fp32"},
+          {"attention", true, "materialized (scores stored) or fused (flash-style)"},
+          {"recompute", true, "none or full (checkpoint every transformer block)"},
+          {"dropout", true, "dropout probability in [0, 1) (default 0.1; 0 removes dropout)"},
+          {"layernorm-stats", true,
+           "counted (default) or ignored (as Korthikanti et al. 2022 assume)"},
+          {"json", false, "print one JSON object instead of the table"},
+          {"help", false, "this text"},
+      });
+  return flags;
 }
 
 Json layer_json(const LayerProfile& l) {
@@ -73,36 +71,7 @@ int profile_command(const std::vector<std::string>& args, std::ostream& out) {
     return 0;
   }
 
-  GptConfig config{.name = "custom"};
-  if (const auto name = flags.text("model")) {
-    const auto preset = find_model(*name);
-    if (!preset) {
-      std::string names;
-      for (const GptConfig& c : model_presets())
-        names += (names.empty() ? "" : ", ") + std::string(c.name);
-      throw cli::UsageError("profile: unknown model '" + *name + "'; the presets are " + names);
-    }
-    config = *preset;
-  } else {
-    std::string missing;
-    for (const char* f : {"layers", "hidden", "heads", "vocab", "seq"}) {
-      if (!flags.has(f)) missing += std::string(missing.empty() ? "" : ", ") + "--" + f;
-    }
-    if (!missing.empty()) {
-      throw cli::UsageError(
-          "profile: without --model, give --layers, --hidden, --heads, --vocab "
-          "and --seq (missing: " +
-          missing + ")");
-    }
-  }
-  if (auto v = flags.positive("layers")) config.layers = *v;
-  if (auto v = flags.positive("hidden")) config.hidden = *v;
-  if (auto v = flags.positive("heads")) config.heads = *v;
-  if (auto v = flags.positive("vocab")) config.vocab = *v;
-  if (auto v = flags.positive("seq")) config.seq = *v;
-  if (auto v = flags.positive("ffn-ratio")) config.ffn_ratio = *v;
-  if (flags.has("untied-head")) config.tied_lm_head = false;
-  if (auto problem = check_config(config)) throw cli::UsageError("profile: " + *problem);
+  const GptConfig config = model_from_flags(flags, "profile");
 
   ProfileOptions options;
   if (auto v = flags.positive("batch")) options.batch = *v;

@@ -1,6 +1,7 @@
-// carto-plan strategies: every op of one transformer block of a GPT model, with its number of sharding
-// strategies on a mesh and the cheapest few by forward + backward time (carto/search/strategy.hpp).
-// The ranking is per op in isolation: resharding between ops is the search's business.
+// carto-plan strategies: every op of one transformer block of a GPT model, with its number of
+// sharding strategies on a mesh and the cheapest few by forward + backward time
+// (carto/search/strategy.hpp). The ranking is per op in isolation: resharding between ops is the
+// search's business.
 #include <algorithm>
 #include <carto/cost.hpp>
 #include <carto/layers.hpp>
@@ -26,7 +27,8 @@ std::vector<cli::FlagSpec> strategies_flags() {
       {"model", true, "a preset (see 'carto-plan models'), e.g. gpt3-175b"},
       {"mesh", true, "device mesh, e.g. 8x8 (axes x, y) or dp=8,tp=8 (the last axis is innermost)"},
       {"hardware", true,
-       "h100 (default), h200, a100, pcie, cpu, or <node>x<nodes>; a mesh larger than one node spans "
+       "h100 (default), h200, a100, pcie, cpu, or <node>x<nodes>; a mesh larger than one node "
+       "spans "
        "the fewest nodes joined by InfiniBand"},
       {"batch", true, "micro-batch size b (default 1)"},
       {"attention", true, "materialized (default) or fused"},
@@ -125,14 +127,15 @@ int strategies_command(const std::vector<std::string>& args, std::ostream& out) 
   const auto preset = find_model(*name);
   if (!preset) {
     std::string names;
-    for (const GptConfig& c : model_presets()) names += (names.empty() ? "" : ", ") + std::string(c.name);
+    for (const GptConfig& c : model_presets())
+      names += (names.empty() ? "" : ", ") + std::string(c.name);
     throw cli::UsageError("strategies: unknown model '" + *name + "'; the presets are " + names);
   }
   const auto mesh_text = flags.text("mesh");
   if (!mesh_text) throw cli::UsageError("strategies: --mesh is required, e.g. --mesh 8x8");
   const DeviceMesh mesh = parse_mesh(*mesh_text);
-  const HardwareProfile hw =
-      hardware_for_devices(find_hardware_profile(flags.text("hardware").value_or("h100")), mesh.num_devices());
+  const HardwareProfile hw = hardware_for_devices(
+      find_hardware_profile(flags.text("hardware").value_or("h100")), mesh.num_devices());
   const std::int64_t top = flags.positive("top").value_or(3);
   ProfileOptions options{.batch = flags.positive("batch").value_or(1)};
   if (auto v = flags.choice("attention", {"materialized", "fused"})) {
@@ -158,7 +161,8 @@ int strategies_command(const std::vector<std::string>& args, std::ostream& out) 
     total += static_cast<std::int64_t>(all.size());
     std::vector<Ranked> ranked;
     ranked.reserve(all.size());
-    for (const Strategy& s : all) ranked.push_back({.strategy = &s, .time = strategy_time(s, mesh, hw)});
+    for (const Strategy& s : all)
+      ranked.push_back({.strategy = &s, .time = strategy_time(s, mesh, hw)});
     // Cheapest first; ties by communicated bytes, then memory, then enumeration order.
     std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
       if (a.time.total_s() != b.time.total_s()) return a.time.total_s() < b.time.total_s();
@@ -178,10 +182,11 @@ int strategies_command(const std::vector<std::string>& args, std::ostream& out) 
     for (std::size_t r = 0; r < shown; ++r) {
       j["best"].push_back(strategy_json(ranked[r]));
       const Strategy& s = *ranked[r].strategy;
-      table += detail::concat("    ", r + 1, ". ", to_string(s), "\n       time ", seconds(ranked[r].time.total_s()),
-                              " (forward ", seconds(ranked[r].time.forward_s()), ", backward ",
-                              seconds(ranked[r].time.backward_s()), "), comm ", cli::bytes(s.comm_bytes()),
-                              ", memory ", cli::bytes(s.memory.total()), "\n");
+      table += detail::concat(
+          "    ", r + 1, ". ", to_string(s), "\n       time ", seconds(ranked[r].time.total_s()),
+          " (forward ", seconds(ranked[r].time.forward_s()), ", backward ",
+          seconds(ranked[r].time.backward_s()), "), comm ", cli::bytes(s.comm_bytes()), ", memory ",
+          cli::bytes(s.memory.total()), "\n");
     }
     ops.push_back(j);
   }
@@ -200,12 +205,13 @@ int strategies_command(const std::vector<std::string>& args, std::ostream& out) 
     out << j.dump(2) << "\n";
     return 0;
   }
-  out << "model " << config.name << ", one transformer block (hidden " << config.hidden << ", heads "
-      << config.heads << ", seq " << config.seq << ", batch " << options.batch << ", "
+  out << "model " << config.name << ", one transformer block (hidden " << config.hidden
+      << ", heads " << config.heads << ", seq " << config.seq << ", batch " << options.batch << ", "
       << to_string_view(options.attention) << " attention)\n"
       << "mesh " << mesh << " (" << mesh.num_devices() << " devices) on " << hw.name << "; "
       << total << " strategies over " << (block->end_op - block->first_op) << " ops\n"
-      << "per op, cheapest first by forward + backward time (compute roofline + collectives inside the "
+      << "per op, cheapest first by forward + backward time (compute roofline + collectives inside "
+         "the "
          "op and gradient reductions; resharding between ops not included)\n\n"
       << table;
   return 0;

@@ -28,6 +28,9 @@ namespace carto {
 struct PointCost {
   double time_s = 0;
   std::int64_t peak_bytes = 0;
+  std::int64_t persistent_bytes = 0;  // P: parameters, gradients, optimizer states
+  std::int64_t kept_bytes = 0;        // Σ K_g: activations kept from forward to backward
+  std::int64_t extra_bytes = 0;       // max X_g: the largest excursion above them
 };
 
 // The cost of one complete choice: `chosen[k]` is op k's strategy.
@@ -104,6 +107,9 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
   PointCost p;
   p.time_s = m * (cost.time_s() - sync + gathers + regather) + sync + recompute;
   p.peak_bytes = persistent + kept + extra;
+  p.persistent_bytes = persistent;
+  p.kept_bytes = kept;
+  p.extra_bytes = extra;
   return p;
 }
 

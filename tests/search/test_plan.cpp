@@ -1,0 +1,132 @@
+// The joint search's outer loops, pins, Plan JSON and the budget error, on a tiny GPT over two
+// devices (meshes {x:2}); every predicted figure is re-derived by evaluate_point.
+#include <carto/cost.hpp>
+#include <carto/layers.hpp>
+#include <carto/search/plan.hpp>
+#include <carto/spec.hpp>
+#include <catch2/catch.hpp>
+
+using namespace carto;
+
+namespace {
+const GptConfig kTiny{
+    .name = "tiny", .layers = 2, .hidden = 32, .heads = 4, .vocab = 64, .seq = 16};
+Graph tiny_graph(std::int64_t micro_batch) { return build_gpt(kTiny, {.batch = micro_batch}); }
+}  // namespace
+
+TEST_CASE("mesh candidates are every factorisation into 1-3 axes", "[search][plan]") {
+  // 12 = 12 | 2·6, 3·4, 4·3, 6·2 | 2·2·3, 2·3·2, 3·2·2: 1 + 4 + 3 ordered factorisations.
+  const auto meshes = mesh_candidates(12);
+  REQUIRE(meshes.size() == 8);
+  for (const DeviceMesh& m : meshes) REQUIRE(m.num_devices() == 12);
+  REQUIRE(mesh_candidates(1).size() == 1);
+  REQUIRE(mesh_candidates(8).size() == 1 + 2 + 1);  // 8 | 2·4, 4·2 | 2·2·2
+}
+
+TEST_CASE("search picks the fastest plan under the budget and its figures hold", "[search][plan]") {
+  const HardwareProfile hw = find_hardware_profile("h100");
+  SearchOptions options;
+  options.micro_batches = {1, 2};
+  options.zero_stages = {0, 3};
+  const Plan unlimited = search(tiny_graph, "tiny", 8, 2, hw, options);
+  REQUIRE(unlimited.frontier.size() >= 2);
+  REQUIRE(unlimited.step_time_s == Approx(unlimited.frontier.front().time_s).epsilon(1e-9));
+  // A budget between the frontier's extremes: the plan fits and is the fastest that fits.
+  const std::int64_t budget =
+      (unlimited.frontier.front().peak_bytes + unlimited.frontier.back().peak_bytes) / 2;
+  options.memory_budget = budget;
+  const Plan fitted = search(tiny_graph, "tiny", 8, 2, hw, options);
+  REQUIRE(fitted.peak_memory_bytes <= budget);
+  double best = -1;
+  for (const FrontierPoint& f : unlimited.frontier) {
+    if (f.peak_bytes <= budget) {
+      best = f.time_s;
+      break;
+    }
+  }
+  REQUIRE(fitted.step_time_s == Approx(best).epsilon(1e-9));
+  // Re-derive its cost from the choices alone.
+  const Graph g = tiny_graph(8 / fitted.micro_batches);
+  std::vector<bool> ckpt(g.groups().size(), false);
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    if (fitted.ops[k].checkpointed) ckpt[static_cast<std::size_t>(g.ops()[k].group)] = true;
+  }
+  const PointCost again = evaluate_point(
+      g, fitted.mesh, hw, {.zero_stage = fitted.zero_stage, .micro_batches = fitted.micro_batches},
+      fitted.strategy, ckpt);
+  REQUIRE(again.peak_bytes == fitted.peak_memory_bytes);
+  REQUIRE(again.time_s == Approx(fitted.step_time_s).epsilon(1e-9));
+  std::int64_t parts = 0;
+  for (const auto& [name, bytes] : fitted.memory_breakdown) parts += bytes;
+  REQUIRE(parts == fitted.peak_memory_bytes);
+  double seconds = 0;
+  for (const auto& [name, s] : fitted.time_breakdown) seconds += s;
+  REQUIRE(seconds == Approx(fitted.step_time_s).epsilon(1e-9));
+}
+
+TEST_CASE("an infeasible budget states the least memory any plan needs", "[search][plan]") {
+  const HardwareProfile hw = find_hardware_profile("h100");
+  SearchOptions options;
+  const Plan any = search(tiny_graph, "tiny", 4, 2, hw, options);
+  const std::int64_t least = any.frontier.back().peak_bytes;
+  options.memory_budget = least - 1;
+  REQUIRE_THROWS_WITH(search(tiny_graph, "tiny", 4, 2, hw, options),
+                      Catch::Contains("no plan fits the memory budget") &&
+                          Catch::Contains("the least memory any plan needs is") &&
+                          Catch::Contains("(" + std::to_string(least) + " bytes): mesh {x:2}"));
+  options.memory_budget = least;
+  REQUIRE(search(tiny_graph, "tiny", 4, 2, hw, options).peak_memory_bytes == least);
+}
+
+TEST_CASE("pins fix an op's output spec; bad pins name themselves", "[search][plan]") {
+  const HardwareProfile hw = find_hardware_profile("h100");
+  SearchOptions options;
+  options.pins = {parse_pin("block.*.einsum0=R,R,S(x)")};  // column-parallel QKV in every block
+  const Plan p = search(tiny_graph, "tiny", 4, 2, hw, options);
+  for (const PlanOp& op : p.ops) {
+    if (op.name.ends_with(".einsum0") && op.name.starts_with("block."))
+      REQUIRE(op.output_spec == "R,R,S(x)");
+  }
+  options.pins = {parse_pin("block.0.nothing=R,R,R")};
+  REQUIRE_THROWS_WITH(search(tiny_graph, "tiny", 4, 2, hw, options),
+                      Catch::Contains("pin 'block.0.nothing=R,R,R' names no op"));
+  options.pins = {parse_pin("block.0.einsum0=R,R,S(q)")};
+  REQUIRE_THROWS_WITH(search(tiny_graph, "tiny", 4, 2, hw, options),
+                      Catch::Contains("leaves op block.0.einsum0 (einsum"));
+  REQUIRE_THROWS_WITH(parse_pin("block.0.einsum0"), Catch::Contains("is not OP=SPEC"));
+}
+
+TEST_CASE("plans round-trip through JSON; wrong files name the field", "[search][plan]") {
+  const HardwareProfile hw = find_hardware_profile("h100");
+  SearchOptions options;
+  options.micro_batches = {1, 2};
+  const Plan p = search(tiny_graph, "tiny", 4, 2, hw, options);
+  const Graph g = tiny_graph(4 / p.micro_batches);
+  const Json j = to_json(p);
+  const Plan back = plan_from_json(Json::parse(j.dump(2)), g, &p.mesh);
+  REQUIRE(back == p);
+
+  // Another model, another mesh, a missing field, a wrong type.
+  const Graph other =
+      build_gpt({.name = "other", .layers = 3, .hidden = 32, .heads = 4, .vocab = 64, .seq = 16},
+                {.batch = 4 / p.micro_batches});
+  REQUIRE_THROWS_WITH(
+      plan_from_json(j, other),
+      Catch::Contains("field 'fingerprint'") && Catch::Contains("made for another model ('tiny')"));
+  const DeviceMesh four = parse_mesh("x=4");
+  REQUIRE_THROWS_WITH(plan_from_json(j, g, &four), Catch::Contains("field 'mesh' is {x:2}"));
+  Json missing = j;
+  Json::Object& obj = missing.as_object();
+  obj.erase(std::remove_if(obj.begin(), obj.end(),
+                           [](const auto& kv) { return kv.first == "zero_stage"; }),
+            obj.end());
+  REQUIRE_THROWS_WITH(plan_from_json(missing, g), Catch::Contains("field 'zero_stage' is missing"));
+  Json wrong = j;
+  wrong["micro_batches"] = "two";
+  REQUIRE_THROWS_WITH(plan_from_json(wrong, g),
+                      Catch::Contains("field 'micro_batches' has the wrong type"));
+  Json format = j;
+  format["format"] = "carto-plan/0";
+  REQUIRE_THROWS_WITH(plan_from_json(format, g),
+                      Catch::Contains("field 'format' is 'carto-plan/0'"));
+}

@@ -1,0 +1,52 @@
+#include "model_flags.hpp"
+
+namespace carto::tools {
+
+std::vector<cli::FlagSpec> model_flag_specs() {
+  return {
+      {"model", true, "a preset (see 'carto-plan models'); the size flags override its values"},
+      {"layers", true, "transformer blocks"},
+      {"hidden", true, "hidden size h"},
+      {"heads", true, "attention heads a (must divide hidden)"},
+      {"vocab", true, "vocabulary size V"},
+      {"seq", true, "sequence length s"},
+      {"ffn-ratio", true, "MLP width as a multiple of hidden (default 4)"},
+      {"untied-head", false, "give the LM head its own weights (default: tied to the embedding)"},
+  };
+}
+
+GptConfig model_from_flags(const cli::Flags& flags, const std::string& command) {
+  GptConfig config{.name = "custom"};
+  if (const auto name = flags.text("model")) {
+    const auto preset = find_model(*name);
+    if (!preset) {
+      std::string names;
+      for (const GptConfig& c : model_presets())
+        names += (names.empty() ? "" : ", ") + std::string(c.name);
+      throw cli::UsageError(command + ": unknown model '" + *name + "'; the presets are " + names);
+    }
+    config = *preset;
+  } else {
+    std::string missing;
+    for (const char* f : {"layers", "hidden", "heads", "vocab", "seq"}) {
+      if (!flags.has(f)) missing += std::string(missing.empty() ? "" : ", ") + "--" + f;
+    }
+    if (!missing.empty()) {
+      throw cli::UsageError(
+          command +
+          ": without --model, give --layers, --hidden, --heads, --vocab and --seq (missing: " +
+          missing + ")");
+    }
+  }
+  if (auto v = flags.positive("layers")) config.layers = *v;
+  if (auto v = flags.positive("hidden")) config.hidden = *v;
+  if (auto v = flags.positive("heads")) config.heads = *v;
+  if (auto v = flags.positive("vocab")) config.vocab = *v;
+  if (auto v = flags.positive("seq")) config.seq = *v;
+  if (auto v = flags.positive("ffn-ratio")) config.ffn_ratio = *v;
+  if (flags.has("untied-head")) config.tied_lm_head = false;
+  if (auto problem = check_config(config)) throw cli::UsageError(command + ": " + *problem);
+  return config;
+}
+
+}  // namespace carto::tools

@@ -1,0 +1,163 @@
+// carto-plan plan: the fastest sharded plan of a GPT model that fits a per-device memory budget.
+#include <carto/cost.hpp>
+#include <carto/layers.hpp>
+#include <carto/search/plan.hpp>
+#include <carto/util/json.hpp>
+#include <carto/util/units.hpp>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "commands.hpp"
+#include "model_flags.hpp"
+
+namespace carto::tools {
+
+namespace {
+
+std::vector<cli::FlagSpec> plan_flags() {
+  std::vector<cli::FlagSpec> flags = model_flag_specs();
+  flags.insert(
+      flags.end(),
+      {
+          {"devices", true, "number of devices (every mesh of 1-3 axes over them is searched)"},
+          {"gpus-per-node", true,
+           "devices per node of the hardware (default: the profile's node size)"},
+          {"hardware", true,
+           "h100, h200, a100, pcie, cpu, or a profile file written by bench_calibrate"},
+          {"memory", true, "memory budget per device: 80GiB, 40GB, 512MiB or bytes"},
+          {"batch", true, "global batch (sequences per step, default 1)"},
+          {"micro-batches", true, "candidate micro-batch counts, comma-separated (default 1)"},
+          {"zero", true, "candidate ZeRO stages, comma-separated (default 0,1,2,3)"},
+          {"dtype", true, "bf16 (mixed precision) or fp32"},
+          {"checkpoint", true, "search (default), none or all"},
+          {"pin", true,
+           "OP=SPEC: fix an op's output spec (op names as printed, '*' matches any text)", true},
+          {"tolerance", true,
+           "memory tolerance of the pruning (default 0.02; 0 = exact, slow on deep models)"},
+          {"frontier", false, "also print the time/memory frontier"},
+          {"json", false, "print one JSON object"},
+          {"out", true, "also write the plan as JSON to this file"},
+          {"help", false, "this text"},
+      });
+  return flags;
+}
+
+std::vector<std::int64_t> positive_list(const std::string& text, const std::string& flag) {
+  std::vector<std::int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || v < 0) {
+      throw cli::UsageError("plan: --" + flag + " needs comma-separated whole numbers, got '" +
+                            text + "'");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) throw cli::UsageError("plan: --" + flag + " needs at least one value");
+  return out;
+}
+
+}  // namespace
+
+int plan_command(const std::vector<std::string>& args, std::ostream& out) {
+  const cli::Flags flags("plan", plan_flags(), args);
+  if (flags.has("help")) {
+    out << "usage: carto-plan plan (--model NAME | size flags) --devices N --memory SIZE [flags]\n"
+        << flags.help();
+    return 0;
+  }
+  const GptConfig config = model_from_flags(flags, "plan");
+  const std::int64_t devices = flags.positive("devices").value_or(0);
+  if (devices == 0) throw cli::UsageError("plan: give --devices N");
+  const std::string hw_name = flags.text("hardware").value_or("h100");
+  HardwareProfile hw = hw_name.find('/') != std::string::npos || hw_name.ends_with(".json")
+                           ? load_hardware_profile(hw_name)
+                           : find_hardware_profile(hw_name);
+  if (auto per_node = flags.positive("gpus-per-node")) {
+    if (!hw.links.empty()) hw.links.front().devices = *per_node;
+  }
+  hw = hardware_for_devices(hw, devices);
+
+  SearchOptions options;
+  if (auto m = flags.text("memory")) {
+    try {
+      options.memory_budget = parse_bytes(*m);
+    } catch (const Error& e) {
+      throw cli::UsageError(std::string("plan: --memory: ") + e.what());
+    }
+  } else {
+    options.memory_budget = hw.memory_capacity;
+  }
+  const std::int64_t batch = flags.positive("batch").value_or(1);
+  if (auto v = flags.text("micro-batches"))
+    options.micro_batches = positive_list(*v, "micro-batches");
+  if (auto v = flags.text("zero")) {
+    options.zero_stages.clear();
+    for (std::int64_t z : positive_list(*v, "zero")) {
+      if (z > 3)
+        throw cli::UsageError("plan: --zero stages are 0, 1, 2 or 3, got " + std::to_string(z));
+      options.zero_stages.push_back(static_cast<int>(z));
+    }
+  }
+  if (auto v = flags.choice("dtype", {"bf16", "fp32"})) {
+    options.precision = *v == "fp32" ? Precision::fp32 : Precision::mixed_bf16;
+  }
+  if (auto v = flags.choice("checkpoint", {"search", "none", "all"})) {
+    options.checkpoint = *v == "none"  ? CheckpointChoice::none
+                         : *v == "all" ? CheckpointChoice::all
+                                       : CheckpointChoice::search;
+  }
+  options.tolerance = 0.02;
+  if (auto v = flags.text("tolerance")) {
+    std::istringstream in(*v);
+    double t = -1;
+    in >> t;
+    if (v->empty() || in.fail() || !in.eof() || !(t >= 0 && t < 1)) {
+      throw cli::UsageError("plan: --tolerance needs a number in [0, 1), got '" + *v + "'");
+    }
+    options.tolerance = t;
+  }
+  for (const std::string& pin : flags.all("pin")) options.pins.push_back(parse_pin(pin));
+
+  const ProfileOptions profile{.precision = options.precision};
+  auto make_graph = [&](std::int64_t micro_batch) {
+    ProfileOptions o = profile;
+    o.batch = micro_batch;
+    return build_gpt(config, o);
+  };
+  const Plan plan = search(make_graph, config.name, batch, devices, hw, options);
+
+  const Json j = to_json(plan);
+  if (auto path = flags.text("out")) {
+    std::ofstream file(*path);
+    file << j.dump(2) << "\n";
+    if (!file) throw cli::UsageError("plan: cannot write the plan to '" + *path + "'");
+  }
+  if (flags.has("json")) {
+    out << j.dump(2) << "\n";
+    return 0;
+  }
+  out << plan;
+  if (flags.has("frontier")) {
+    out << "frontier (time, peak memory per device):\n";
+    for (const FrontierPoint& f : plan.frontier) {
+      out << "  " << f.time_s << " s  " << format_bytes(f.peak_bytes) << "  mesh " << f.mesh
+          << ", ZeRO " << f.zero_stage << ", " << f.micro_batches << " micro-batches\n";
+    }
+  }
+  out << "search time " << plan.search_time_s << " s\n";
+  return 0;
+}
+
+}  // namespace carto::tools

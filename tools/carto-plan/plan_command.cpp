@@ -36,6 +36,7 @@ std::vector<cli::FlagSpec> plan_flags() {
           {"checkpoint", true, "search (default), none or all"},
           {"pin", true,
            "OP=SPEC: fix an op's output spec (op names as printed, '*' matches any text)", true},
+          {"mesh-axes", true, "search logical meshes of at most this many axes, 1-3 (default 3)"},
           {"tolerance", true,
            "memory tolerance of the pruning (default 0.02; 0 = exact, slow on deep models)"},
           {"frontier", false, "also print the time/memory frontier"},
@@ -129,6 +130,10 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
     options.tolerance = t;
   }
   for (const std::string& pin : flags.all("pin")) options.pins.push_back(parse_pin(pin));
+  if (auto v = flags.positive("mesh-axes")) {
+    if (*v > 3) throw cli::UsageError("plan: --mesh-axes is 1, 2 or 3, got " + std::to_string(*v));
+    options.max_mesh_axes = static_cast<std::size_t>(*v);
+  }
 
   const ProfileOptions profile{.precision = options.precision};
   auto make_graph = [&](std::int64_t micro_batch) {

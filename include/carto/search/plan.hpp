@@ -162,6 +162,7 @@ struct SearchOptions {
   CheckpointChoice checkpoint = CheckpointChoice::search;
   double tolerance = 0;
   std::vector<Pin> pins{};
+  std::size_t max_mesh_axes = 3;  // logical meshes of 1 .. max_mesh_axes axes
 };
 
 struct PlanOp {
@@ -288,7 +289,7 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     if (m < 1 || global_batch % m != 0) continue;
     any_micro = true;
     const Graph g = make_graph(global_batch / m);
-    for (const DeviceMesh& mesh : mesh_candidates(devices)) {
+    for (const DeviceMesh& mesh : mesh_candidates(devices, options.max_mesh_axes)) {
       const StrategyOptions sopt{.precision = options.precision,
                                  .layernorm_stats = options.layernorm_stats};
       const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);

@@ -65,11 +65,13 @@ BENCHMARK(BM_Sgemm)
     ->Args({1024, 1024, 1024})
     ->Unit(benchmark::kMicrosecond);
 
-// Layernorm over rows of C: ~8 FLOPs per element; x read, y written, gamma/beta read, mean/rstd written.
+// Layernorm over rows of C: ~8 FLOPs per element; x read, y written, gamma/beta read, mean/rstd
+// written.
 void BM_LayerNormForward(benchmark::State& state) {
   cpu::CpuBackend backend;
   const std::int64_t rows = state.range(0), c = state.range(1);
-  Tensor x = make(backend, {{"rows", rows}, {"c", c}}, 4), y = make(backend, {{"rows", rows}, {"c", c}}, 5);
+  Tensor x = make(backend, {{"rows", rows}, {"c", c}}, 4),
+         y = make(backend, {{"rows", rows}, {"c", c}}, 5);
   Tensor g = make(backend, {{"c", c}}, 6), b = make(backend, {{"c", c}}, 7);
   Tensor mean = make(backend, {{"rows", rows}}, 8), rstd = make(backend, {{"rows", rows}}, 9);
   for (auto _ : state) {
@@ -86,10 +88,12 @@ void BM_LayerNormBackward(benchmark::State& state) {
   const std::int64_t rows = state.range(0), c = state.range(1);
   const TensorShape s{{"rows", rows}, {"c", c}};
   Tensor x = make(backend, s, 4), dy = make(backend, s, 5), dx = make(backend, s, 10);
-  Tensor g = make(backend, {{"c", c}}, 6), dg = make(backend, {{"c", c}}, 11), db = make(backend, {{"c", c}}, 12);
+  Tensor g = make(backend, {{"c", c}}, 6), dg = make(backend, {{"c", c}}, 11),
+         db = make(backend, {{"c", c}}, 12);
   Tensor mean = make(backend, {{"rows", rows}}, 8), rstd = make(backend, {{"rows", rows}}, 9);
   for (auto _ : state) {
-    backend.layernorm_backward(dy.view, x.view, g.view, mean.view, rstd.view, dx.view, dg.view, db.view);
+    backend.layernorm_backward(dy.view, x.view, g.view, mean.view, rstd.view, dx.view, dg.view,
+                               db.view);
     benchmark::ClobberMemory();
   }
   report(state, 12 * rows * c, 4 * (4 * rows * c + 5 * c + 2 * rows));
@@ -119,15 +123,18 @@ void BM_AttentionForward(benchmark::State& state) {
   const TensorShape shape{{"b", b}, {"a", a}, {"s", s}, {"d", d}};
   Tensor q = make(backend, shape, 15), k = make(backend, shape, 16), v = make(backend, shape, 17),
          out = make(backend, shape, 18), lse = make(backend, {{"b", b}, {"a", a}, {"s", s}}, 19);
-  const AttentionArgs args{.scale = 0.125f, .masking = Masking::causal, .dropout = 0.1f,
-                           .rng = {.seed = 1, .id = 2}};
+  const AttentionArgs args{
+      .scale = 0.125f, .masking = Masking::causal, .dropout = 0.1f, .rng = {.seed = 1, .id = 2}};
   for (auto _ : state) {
     backend.attention_forward(q.view, k.view, v.view, out.view, lse.view, args);
     benchmark::ClobberMemory();
   }
   report(state, 4 * b * a * s * s * d, 4 * (4 * b * a * s * d + b * a * s));
 }
-BENCHMARK(BM_AttentionForward)->Args({4, 128, 64})->Args({4, 256, 64})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionForward)
+    ->Args({4, 128, 64})
+    ->Args({4, 256, 64})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_AttentionBackward(benchmark::State& state) {
   cpu::CpuBackend backend;
@@ -135,10 +142,11 @@ void BM_AttentionBackward(benchmark::State& state) {
   const TensorShape shape{{"b", b}, {"a", a}, {"s", s}, {"d", d}};
   const TensorShape rows{{"b", b}, {"a", a}, {"s", s}};
   Tensor q = make(backend, shape, 15), k = make(backend, shape, 16), v = make(backend, shape, 17),
-         out = make(backend, shape, 18), lse = make(backend, rows, 19), dout = make(backend, shape, 20),
-         dq = make(backend, shape, 21), dk = make(backend, shape, 22), dv = make(backend, shape, 23);
-  const AttentionArgs args{.scale = 0.125f, .masking = Masking::causal, .dropout = 0.1f,
-                           .rng = {.seed = 1, .id = 2}};
+         out = make(backend, shape, 18), lse = make(backend, rows, 19),
+         dout = make(backend, shape, 20), dq = make(backend, shape, 21),
+         dk = make(backend, shape, 22), dv = make(backend, shape, 23);
+  const AttentionArgs args{
+      .scale = 0.125f, .masking = Masking::causal, .dropout = 0.1f, .rng = {.seed = 1, .id = 2}};
   backend.attention_forward(q.view, k.view, v.view, out.view, lse.view, args);
   for (auto _ : state) {
     backend.attention_backward(q.view, k.view, v.view, out.view, lse.view, dout.view, dq.view,

@@ -4,9 +4,8 @@
 // profile predicts (matmul TFLOP per step, peak GB) so a run shows the figures it computed.
 #include <benchmark/benchmark.h>
 
-#include <chrono>
-
 #include <carto/profile.hpp>
+#include <chrono>
 
 namespace {
 
@@ -35,9 +34,12 @@ void BM_ProfileGpt(benchmark::State& state, const char* model, Recompute recompu
   state.counters["peak_GB"] = peak_gb;
 }
 
-BENCHMARK_CAPTURE(BM_ProfileGpt, gpt3_175b, "gpt3-175b", Recompute::none)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_ProfileGpt, gpt3_175b_recompute, "gpt3-175b", Recompute::full)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_ProfileGpt, gpt2_124m, "gpt2-124m", Recompute::none)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ProfileGpt, gpt3_175b, "gpt3-175b", Recompute::none)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ProfileGpt, gpt3_175b_recompute, "gpt3-175b", Recompute::full)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ProfileGpt, gpt2_124m, "gpt2-124m", Recompute::none)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -6,13 +6,12 @@
 // (each op's cheapest strategy; resharding between ops not included).
 #include <benchmark/benchmark.h>
 
-#include <chrono>
-#include <limits>
-
 #include <carto/cost.hpp>
 #include <carto/layers.hpp>
 #include <carto/search.hpp>
 #include <carto/spec.hpp>
+#include <chrono>
+#include <limits>
 
 namespace {
 

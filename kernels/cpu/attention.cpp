@@ -3,8 +3,8 @@
 // Forward walks one query row at a time: its scores against the visible keys live in a workspace
 // row of Sk floats (never the S×S matrix), the row's logsumexp is saved, and the output row is the
 // dropped-out probabilities times v. Backward recomputes each row's probabilities from q, k and the
-// saved logsumexp, regenerates the dropout mask from the RNG, and uses D_i = dout_i · out_i in place
-// of Σ_j P_ij dP_ij (Dao et al. 2022, FlashAttention, Alg. 4), which holds with dropout too.
+// saved logsumexp, regenerates the dropout mask from the RNG, and uses D_i = dout_i · out_i in
+// place of Σ_j P_ij dP_ij (Dao et al. 2022, FlashAttention, Alg. 4), which holds with dropout too.
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
@@ -30,8 +30,10 @@ AttentionGeometry attention_geometry(std::string_view call, const TensorShape& q
   CARTO_CHECK(q.rank() == 4, call, ": q, k, v are (B, heads, S, d); got q ", q);
   require_same_shape(call, q, k);
   require_same_shape(call, q, v);
-  AttentionGeometry g{.batch = q.dims()[0].extent, .heads = q.dims()[1].extent,
-                      .seq = q.dims()[2].extent, .dim = q.dims()[3].extent};
+  AttentionGeometry g{.batch = q.dims()[0].extent,
+                      .heads = q.dims()[1].extent,
+                      .seq = q.dims()[2].extent,
+                      .dim = q.dims()[3].extent};
   g.probs = {g.batch, g.heads, g.seq, g.seq};
   return g;
 }
@@ -61,7 +63,8 @@ RowView row_view(const GlobalIndexer& where, const AttentionArgs& args, std::int
 void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                    TensorView out, TensorView logsumexp,
                                    const AttentionArgs& args) {
-  const AttentionGeometry g = attention_geometry("attention_forward", q.shape(), k.shape(), v.shape());
+  const AttentionGeometry g =
+      attention_geometry("attention_forward", q.shape(), k.shape(), v.shape());
   require_same_shape("attention_forward", q.shape(), out.shape);
   detail::require_numel("attention_forward", "logsumexp", logsumexp.numel(),
                         g.batch * g.heads * g.seq);
@@ -99,7 +102,8 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
         std::fill(oi, oi + d, 0.0f);
         for (std::int64_t j = 0; j < row.visible; ++j) {
           float w = p[j] * inv;
-          if (args.dropout > 0.0f) w = rng::keep(args.rng, row.base + j, args.dropout) ? w * kept : 0.0f;
+          if (args.dropout > 0.0f)
+            w = rng::keep(args.rng, row.base + j, args.dropout) ? w * kept : 0.0f;
           const float* vj = pv + (head + j) * d;
           for (std::int64_t e = 0; e < d; ++e) oi[e] += w * vj[e];
         }
@@ -113,7 +117,8 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
                                     ConstTensorView out, ConstTensorView logsumexp,
                                     ConstTensorView dout, TensorView dq, TensorView dk,
                                     TensorView dv, const AttentionArgs& args) {
-  const AttentionGeometry g = attention_geometry("attention_backward", q.shape(), k.shape(), v.shape());
+  const AttentionGeometry g =
+      attention_geometry("attention_backward", q.shape(), k.shape(), v.shape());
   for (const TensorShape* s : std::initializer_list<const TensorShape*>{
            &out.shape(), &dout.shape(), &dq.shape, &dk.shape, &dv.shape}) {
     require_same_shape("attention_backward", q.shape(), *s);
@@ -147,8 +152,9 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
           const float* vj = pv + (head + j) * d;
           const float p = std::exp(args.scale * dot(qi, kj, d) - lse);
           float mask = 1.0f;
-          if (args.dropout > 0.0f) mask = rng::keep(args.rng, row.base + j, args.dropout) ? kept : 0.0f;
-          const float dp = mask * dot(doi, vj, d);   // d loss / d P_ij
+          if (args.dropout > 0.0f)
+            mask = rng::keep(args.rng, row.base + j, args.dropout) ? kept : 0.0f;
+          const float dp = mask * dot(doi, vj, d);         // d loss / d P_ij
           const float ds = args.scale * p * (dp - big_d);  // d loss / d (q_i · k_j)
           float* dkj = pdk + (head + j) * d;
           float* dvj = pdv + (head + j) * d;

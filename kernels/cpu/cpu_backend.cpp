@@ -18,7 +18,8 @@ using detail::extents_of;
 using detail::require_numel;
 using detail::require_same_shape;
 
-// ---- memory and queue ----------------------------------------------------------------------------
+// ---- memory and queue
+// ----------------------------------------------------------------------------
 
 namespace {
 constexpr std::align_val_t kAlignment{64};
@@ -27,7 +28,8 @@ constexpr std::align_val_t kAlignment{64};
 void* HostAllocator::allocate(std::size_t bytes, MemoryCategory /*category*/) {
   if (bytes == 0) return nullptr;
   void* p = ::operator new(bytes, kAlignment, std::nothrow);
-  if (p == nullptr) carto::detail::fail("carto::cpu: out of host memory allocating ", bytes, " bytes");
+  if (p == nullptr)
+    carto::detail::fail("carto::cpu: out of host memory allocating ", bytes, " bytes");
   return p;
 }
 
@@ -51,7 +53,8 @@ void CpuBackend::copy_to_host(ConstTensorView src, void* host) {
   std::memcpy(host, src.data(), static_cast<std::size_t>(src.bytes()));
 }
 
-// ---- fills and copies ----------------------------------------------------------------------------
+// ---- fills and copies
+// ----------------------------------------------------------------------------
 
 void CpuBackend::fill(TensorView x, float value) {
   float* p = x.f32();
@@ -125,7 +128,8 @@ void CpuBackend::copy_strided(ConstTensorView src, const StridedBox& from, Tenso
   }
 }
 
-// ---- GEMM ----------------------------------------------------------------------------------------
+// ---- GEMM
+// ----------------------------------------------------------------------------------------
 
 namespace {
 struct MatrixDims {
@@ -149,8 +153,9 @@ void CpuBackend::gemm(ConstTensorView a, ConstTensorView b, TensorView c, const 
   const std::int64_t m = cd.rows, n = cd.cols;
   const std::int64_t am = ta ? ad.cols : ad.rows, k = ta ? ad.rows : ad.cols;
   const std::int64_t bk = tb ? bd.cols : bd.rows, bn = tb ? bd.rows : bd.cols;
-  CARTO_CHECK(am == m && bk == k && bn == n, "gemm: ", a.shape(), args.a == Transpose::yes ? "ᵀ" : "",
-              " · ", b.shape(), args.b == Transpose::yes ? "ᵀ" : "", " does not give ", c.shape);
+  CARTO_CHECK(am == m && bk == k && bn == n, "gemm: ", a.shape(),
+              args.a == Transpose::yes ? "ᵀ" : "", " · ", b.shape(),
+              args.b == Transpose::yes ? "ᵀ" : "", " does not give ", c.shape);
   CARTO_CHECK((ad.batch == cd.batch || ad.batch == 1) && (bd.batch == cd.batch || bd.batch == 1),
               "gemm: batches of a (", ad.batch, ") and b (", bd.batch, ") must equal c's (",
               cd.batch, ") or be 1");
@@ -173,7 +178,8 @@ void CpuBackend::gemm(ConstTensorView a, ConstTensorView b, TensorView c, const 
   }
 }
 
-// ---- elementwise ---------------------------------------------------------------------------------
+// ---- elementwise
+// ---------------------------------------------------------------------------------
 
 namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -221,9 +227,10 @@ void CpuBackend::dropout_backward(ConstTensorView dy, TensorView dx, const Dropo
   const float* pdy = dy.f32();
   float* pdx = dx.f32();
   const float kept = 1.0f / (1.0f - args.probability);
-  for_each_global_index(args.placement, extents_of(dy.shape()), [&](std::int64_t l, std::int64_t g) {
-    if (rng::keep(args.rng, g, args.probability)) pdx[l] += pdy[l] * kept;
-  });
+  for_each_global_index(args.placement, extents_of(dy.shape()),
+                        [&](std::int64_t l, std::int64_t g) {
+                          if (rng::keep(args.rng, g, args.probability)) pdx[l] += pdy[l] * kept;
+                        });
 }
 
 void CpuBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
@@ -281,7 +288,8 @@ void CpuBackend::bias_backward(ConstTensorView dy, TensorView db) {
   }
 }
 
-// ---- AdamW ---------------------------------------------------------------------------------------
+// ---- AdamW
+// ---------------------------------------------------------------------------------------
 
 void CpuBackend::adamw_update(TensorView param, ConstTensorView grad, TensorView m, TensorView v,
                               const AdamWArgs& args) {
@@ -301,7 +309,8 @@ void CpuBackend::adamw_update(TensorView param, ConstTensorView grad, TensorView
     pv[i] = args.beta2 * pv[i] + (1.0f - args.beta2) * g[i] * g[i];
     const float m_hat = pm[i] / correction1;
     const float v_hat = pv[i] / correction2;
-    p[i] -= args.learning_rate * (m_hat / (std::sqrt(v_hat) + args.epsilon) + args.weight_decay * p[i]);
+    p[i] -=
+        args.learning_rate * (m_hat / (std::sqrt(v_hat) + args.epsilon) + args.weight_decay * p[i]);
   }
 }
 

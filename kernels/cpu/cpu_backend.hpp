@@ -6,9 +6,9 @@
 // the first CpuBackend constructed; the setting is process-wide), so that ranks on threads do not
 // oversubscribe the cores and a rank's time is its own. The other kernels are plain loops in fp32
 // with the reductions that decide accuracy (layernorm statistics, softmax and cross-entropy sums,
-// attention's running sums) accumulated in float, as a GPU kernel would; the tests bound their error.
-// Device memory is host memory aligned to 64 bytes; workspace (attention rows) is allocated through
-// the backend's current allocator, category temporaries.
+// attention's running sums) accumulated in float, as a GPU kernel would; the tests bound their
+// error. Device memory is host memory aligned to 64 bytes; workspace (attention rows) is allocated
+// through the backend's current allocator, category temporaries.
 #pragma once
 
 #include <carto/runtime/backend.hpp>
@@ -85,9 +85,9 @@ class CpuBackend final : public Backend {
   void cross_entropy_loss(ConstTensorView row_max, ConstTensorView sum_exp,
                           ConstTensorView target_logit, TensorView loss, TensorView logsumexp,
                           const CrossEntropyArgs& args) override;
-  void cross_entropy_backward(ConstTensorView logits, IndexView targets,
-                              ConstTensorView logsumexp, ConstTensorView dloss,
-                              TensorView dlogits, const CrossEntropyArgs& args) override;
+  void cross_entropy_backward(ConstTensorView logits, IndexView targets, ConstTensorView logsumexp,
+                              ConstTensorView dloss, TensorView dlogits,
+                              const CrossEntropyArgs& args) override;
 
   void adamw_update(TensorView param, ConstTensorView grad, TensorView m, TensorView v,
                     const AdamWArgs& args) override;

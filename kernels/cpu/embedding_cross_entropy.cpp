@@ -17,7 +17,8 @@ namespace carto::cpu {
 using detail::last_extent;
 using detail::require_numel;
 
-// ---- embedding -----------------------------------------------------------------------------------
+// ---- embedding
+// -----------------------------------------------------------------------------------
 
 namespace {
 struct TableGeometry {
@@ -61,7 +62,8 @@ void CpuBackend::embedding_backward(ConstTensorView dout, IndexView ids, TensorV
   }
 }
 
-// ---- cross-entropy -------------------------------------------------------------------------------
+// ---- cross-entropy
+// -------------------------------------------------------------------------------
 
 namespace {
 struct LogitRows {
@@ -103,7 +105,8 @@ void CpuBackend::cross_entropy_sum_exp(ConstTensorView logits, ConstTensorView r
 
 void CpuBackend::cross_entropy_target_logit(ConstTensorView logits, IndexView targets,
                                             TensorView target_logit, const CrossEntropyArgs& args) {
-  const LogitRows r = logit_rows("cross_entropy_target_logit", logits.shape(), targets.numel(), args);
+  const LogitRows r =
+      logit_rows("cross_entropy_target_logit", logits.shape(), targets.numel(), args);
   require_numel("cross_entropy_target_logit", "target_logit", target_logit.numel(), r.rows);
   const float* pl = logits.f32();
   float* pt = target_logit.f32();
@@ -147,7 +150,8 @@ void CpuBackend::cross_entropy_forward(ConstTensorView logits, IndexView targets
   const Buffer work = allocate({{"rows", 3 * r.rows}}, DType::fp32, MemoryCategory::temporaries);
   const TensorView row_max{.data = work.data(), .shape = row_shape};
   const TensorView sum_exp{.data = static_cast<float*>(work.data()) + r.rows, .shape = row_shape};
-  const TensorView target{.data = static_cast<float*>(work.data()) + 2 * r.rows, .shape = row_shape};
+  const TensorView target{.data = static_cast<float*>(work.data()) + 2 * r.rows,
+                          .shape = row_shape};
   cross_entropy_row_max(logits, row_max);
   cross_entropy_sum_exp(logits, row_max, sum_exp);
   cross_entropy_target_logit(logits, targets, target, args);

@@ -12,7 +12,8 @@ using detail::extents_of;
 using detail::last_extent;
 using detail::require_numel;
 
-// ---- layernorm -----------------------------------------------------------------------------------
+// ---- layernorm
+// -----------------------------------------------------------------------------------
 
 void CpuBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, ConstTensorView beta,
                                    TensorView y, TensorView mean, TensorView rstd,
@@ -87,7 +88,8 @@ void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, Const
   }
 }
 
-// ---- softmax -------------------------------------------------------------------------------------
+// ---- softmax
+// -------------------------------------------------------------------------------------
 
 namespace {
 // Row geometry of a softmax over the last dim: rows, the keys per row, and for the causal mask the

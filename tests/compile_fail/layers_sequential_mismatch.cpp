@@ -4,8 +4,10 @@
 #include <carto/layers/basic.hpp>
 #include <carto/layers/sequential.hpp>
 
-using X = carto::Tensor<carto::DType::bf16, carto::Shape<carto::Dim<"batch", 4>, carto::Dim<"hidden", 8>>>;
-using Y = carto::Tensor<carto::DType::bf16, carto::Shape<carto::Dim<"batch", 4>, carto::Dim<"ffn", 16>>>;
+using X = carto::Tensor<carto::DType::bf16,
+                        carto::Shape<carto::Dim<"batch", 4>, carto::Dim<"hidden", 8>>>;
+using Y =
+    carto::Tensor<carto::DType::bf16, carto::Shape<carto::Dim<"batch", 4>, carto::Dim<"ffn", 16>>>;
 
 int main() {
   [[maybe_unused]] carto::Sequential<carto::Linear<X, carto::Dim<"ffn", 16>>, carto::Gelu<Y>> ok{};

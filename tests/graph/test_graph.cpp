@@ -1,7 +1,6 @@
 // The op IR: einsum letters, output shapes, views aliasing storage, errors that name the problem.
-#include <catch2/catch.hpp>
-
 #include <carto/graph.hpp>
+#include <catch2/catch.hpp>
 
 using namespace carto;
 
@@ -34,8 +33,10 @@ TEST_CASE("einsum output shapes come from the letters; extents must agree", "[gr
   Graph g;
   const TensorId x = g.input(kX, DType::bf16);
   const TensorId w = g.parameter({{"hidden", 12}, {"ffn", 14}}, DType::bf16);
-  REQUIRE_THROWS_WITH(g.einsum("bsi,io->bso", x, w), Catch::Contains("letter 'i' has extents 10 and 12"));
-  REQUIRE_THROWS_WITH(g.einsum("bs,io->bso", x, w), Catch::Contains("operand 0 has rank 3 but 2 letters"));
+  REQUIRE_THROWS_WITH(g.einsum("bsi,io->bso", x, w),
+                      Catch::Contains("letter 'i' has extents 10 and 12"));
+  REQUIRE_THROWS_WITH(g.einsum("bs,io->bso", x, w),
+                      Catch::Contains("operand 0 has rank 3 but 2 letters"));
 }
 
 TEST_CASE("a residual branch: a tensor feeds two ops; views alias their input", "[graph]") {
@@ -51,7 +52,8 @@ TEST_CASE("a residual branch: a tensor feeds two ops; views alias their input", 
 
   const TensorId qkv = g.input({{"batch", 2}, {"seq", 6}, {"qkv", 30}}, DType::bf16);
   const TensorId k = g.split_heads(qkv, 3, 1, 5);  // (B, 5, S, 2)
-  REQUIRE(g.tensor(k).shape == TensorShape{{"batch", 2}, {"heads", 5}, {"seq", 6}, {"head_dim", 2}});
+  REQUIRE(g.tensor(k).shape ==
+          TensorShape{{"batch", 2}, {"heads", 5}, {"seq", 6}, {"head_dim", 2}});
   REQUIRE(g.tensor(k).storage == qkv);
   const TensorId kt = g.transpose(k);  // (B, 5, 2, S)
   REQUIRE(g.tensor(kt).storage == qkv);
@@ -69,7 +71,8 @@ TEST_CASE("groups name op ranges and must nest properly", "[graph]") {
   const TensorId x = g.input(kX, DType::fp32);
   g.begin_group(LayerName("block.").append(11), GroupKind::transformer_block);
   (void)g.gelu(g.scale(x, 0.5));
-  REQUIRE_THROWS_WITH(g.begin_group("other", GroupKind::layer), Catch::Contains("'block.11' is still open"));
+  REQUIRE_THROWS_WITH(g.begin_group("other", GroupKind::layer),
+                      Catch::Contains("'block.11' is still open"));
   g.end_group();
   REQUIRE(g.groups().size() == 1);
   REQUIRE(g.groups()[0].first_op == 0);

@@ -23,12 +23,12 @@ struct Tolerance {
 };
 
 // The tolerance of an fp32 result computed through at most `chain` dependent roundings (a sum of k
-// terms: k + 1, counting the product), over outputs whose largest magnitude is `scale`. Each rounding
-// contributes at most u times the magnitude of the partial result (Higham, Accuracy and Stability of
-// Numerical Algorithms, §3.1: |fl(Σ) - Σ| <= γ_k Σ|terms|); inputs are N(0, 1), so partial results
-// are of the order of the largest output, which bounds Σ|terms| up to a small factor. The factor 4
-// covers that ratio and libm's exp/tanh/log (within 2 ulp on glibc). atol keeps elements that
-// cancel to near zero from failing on a relative test they cannot meet.
+// terms: k + 1, counting the product), over outputs whose largest magnitude is `scale`. Each
+// rounding contributes at most u times the magnitude of the partial result (Higham, Accuracy and
+// Stability of Numerical Algorithms, §3.1: |fl(Σ) - Σ| <= γ_k Σ|terms|); inputs are N(0, 1), so
+// partial results are of the order of the largest output, which bounds Σ|terms| up to a small
+// factor. The factor 4 covers that ratio and libm's exp/tanh/log (within 2 ulp on glibc). atol
+// keeps elements that cancel to near zero from failing on a relative test they cannot meet.
 inline Tolerance fp32_chain(std::int64_t chain, double scale) {
   const double e = 4.0 * static_cast<double>(chain) * kUnit;
   return {.atol = e * scale, .rtol = e};
@@ -70,13 +70,13 @@ inline double max_abs(const std::vector<double>& v) {
 }
 
 // The one closeness check: prints the worst ratio and the failure count, fails on any failure.
-#define CARTO_CHECK_CLOSE(what, got, ref, tol)                                                   \
-  do {                                                                                           \
-    const ::carto::test::CloseReport report_ = ::carto::test::compare((got), (ref), (tol));      \
-    INFO(what << ": " << report_.failures << " of " << report_.count                             \
-              << " outside |x - ref| <= " << (tol).atol << " + " << (tol).rtol                   \
+#define CARTO_CHECK_CLOSE(what, got, ref, tol)                                                    \
+  do {                                                                                            \
+    const ::carto::test::CloseReport report_ = ::carto::test::compare((got), (ref), (tol));       \
+    INFO(what << ": " << report_.failures << " of " << report_.count                              \
+              << " outside |x - ref| <= " << (tol).atol << " + " << (tol).rtol                    \
               << "·|ref|; worst ratio " << report_.worst_ratio << " at " << report_.worst_index); \
-    CHECK(report_.failures == 0);                                                                \
+    CHECK(report_.failures == 0);                                                                 \
   } while (false)
 
 // ---- inputs -------------------------------------------------------------------------------------
@@ -89,9 +89,7 @@ inline std::vector<float> random_normal(std::int64_t n, std::uint32_t object, fl
   return v;
 }
 
-inline std::vector<double> to_double(const std::vector<float>& v) {
-  return {v.begin(), v.end()};
-}
+inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 // ---- device tensors -----------------------------------------------------------------------------
 
@@ -100,7 +98,8 @@ class DeviceTensor {
  public:
   DeviceTensor(Backend& backend, const TensorShape& shape,
                MemoryCategory category = MemoryCategory::activations)
-      : backend_(&backend), buffer_(backend.allocate(shape, DType::fp32, category)),
+      : backend_(&backend),
+        buffer_(backend.allocate(shape, DType::fp32, category)),
         view_(buffer_.view(shape)) {}
   DeviceTensor(Backend& backend, const TensorShape& shape, const std::vector<float>& values)
       : DeviceTensor(backend, shape) {
@@ -117,7 +116,7 @@ class DeviceTensor {
     return out;
   }
   [[nodiscard]] const TensorView& view() const { return view_; }
-  operator TensorView() const { return view_; }  // NOLINT(google-explicit-constructor)
+  operator TensorView() const { return view_; }       // NOLINT(google-explicit-constructor)
   operator ConstTensorView() const { return view_; }  // NOLINT(google-explicit-constructor)
 
  private:
@@ -137,13 +136,14 @@ inline DeviceTensor zeros(Backend& backend, const TensorShape& shape) {
 class DeviceIds {
  public:
   DeviceIds(Backend& backend, const TensorShape& shape, const std::vector<std::int32_t>& ids)
-      : buffer_(backend.allocator(), ids.size() * sizeof(std::int32_t), MemoryCategory::activations),
+      : buffer_(backend.allocator(), ids.size() * sizeof(std::int32_t),
+                MemoryCategory::activations),
         view_{.data = static_cast<const std::int32_t*>(buffer_.data()), .shape = shape} {
     REQUIRE(static_cast<std::int64_t>(ids.size()) == shape.numel());
     // Raw bytes: the int32 ids travel as a one-dimensional fp32-sized tensor of the same bytes.
-    backend.copy_from_host(ids.data(), {.data = buffer_.data(),
-                                         .shape = {{"ids", shape.numel()}},
-                                         .dtype = DType::fp32});
+    backend.copy_from_host(
+        ids.data(),
+        {.data = buffer_.data(), .shape = {{"ids", shape.numel()}}, .dtype = DType::fp32});
   }
   [[nodiscard]] IndexView view() const { return view_; }
   operator IndexView() const { return view_; }  // NOLINT(google-explicit-constructor)

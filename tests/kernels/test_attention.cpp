@@ -30,7 +30,9 @@ AttentionRef attention_ref(const std::vector<double>& q, const std::vector<doubl
       double max = -INFINITY;
       for (std::int64_t j = 0; j <= i; ++j) {
         double dot = 0;
-        for (std::int64_t e = 0; e < D; ++e) dot += q[static_cast<std::size_t>((bh * S + i) * D + e)] * k[static_cast<std::size_t>((bh * S + j) * D + e)];
+        for (std::int64_t e = 0; e < D; ++e)
+          dot += q[static_cast<std::size_t>((bh * S + i) * D + e)] *
+                 k[static_cast<std::size_t>((bh * S + j) * D + e)];
         s[static_cast<std::size_t>(j)] = args.scale * dot;
         max = std::max(max, s[static_cast<std::size_t>(j)]);
       }
@@ -40,21 +42,27 @@ AttentionRef attention_ref(const std::vector<double>& q, const std::vector<doubl
       for (std::int64_t j = 0; j <= i; ++j) {
         double p = std::exp(s[static_cast<std::size_t>(j)] - max) / sum;
         if (args.dropout > 0) {
-          p = rng::keep(args.rng, (bh * S + i) * S + j, args.dropout) ? p / (1.0 - args.dropout) : 0.0;
+          p = rng::keep(args.rng, (bh * S + i) * S + j, args.dropout) ? p / (1.0 - args.dropout)
+                                                                      : 0.0;
         }
-        for (std::int64_t e = 0; e < D; ++e) r.out[static_cast<std::size_t>((bh * S + i) * D + e)] += p * v[static_cast<std::size_t>((bh * S + j) * D + e)];
+        for (std::int64_t e = 0; e < D; ++e)
+          r.out[static_cast<std::size_t>((bh * S + i) * D + e)] +=
+              p * v[static_cast<std::size_t>((bh * S + j) * D + e)];
       }
     }
   }
   return r;
 }
 
-const AttentionArgs kArgs{.scale = 0.5f, .masking = Masking::causal, .dropout = 0.2f,
+const AttentionArgs kArgs{.scale = 0.5f,
+                          .masking = Masking::causal,
+                          .dropout = 0.2f,
                           .rng = {.seed = 77, .id = stream_id(RngPurpose::dropout, 4, 1)}};
 
 }  // namespace
 
-TEST_CASE("fused attention forward and backward against double references", "[kernels][attention]") {
+TEST_CASE("fused attention forward and backward against double references",
+          "[kernels][attention]") {
   cpu::CpuBackend cpu;
   Backend& backend = cpu;
   const std::vector<float> q = random_normal(kQkv.numel(), 60), k = random_normal(kQkv.numel(), 61),
@@ -68,16 +76,24 @@ TEST_CASE("fused attention forward and backward against double references", "[ke
     backend.attention_forward(dq_, dk_, dv_, out, lse, args);
     const AttentionRef ref = attention_ref(to_double(q), to_double(k), to_double(v), args);
     // Scores are D-term dots, a row sums S exps, the output sums S products: D + 2S + 8 roundings.
-    CARTO_CHECK_CLOSE("attention out", out.download(), ref.out, fp32_chain(D + 2 * S + 8, max_abs(ref.out)));
-    CARTO_CHECK_CLOSE("attention logsumexp", lse.download(), ref.lse, fp32_chain(D + S + 6, max_abs(ref.lse)));
+    CARTO_CHECK_CLOSE("attention out", out.download(), ref.out,
+                      fp32_chain(D + 2 * S + 8, max_abs(ref.out)));
+    CARTO_CHECK_CLOSE("attention logsumexp", lse.download(), ref.lse,
+                      fp32_chain(D + S + 6, max_abs(ref.lse)));
 
     DeviceTensor dout(backend, kQkv, w);
     DeviceTensor gq = zeros(backend, kQkv), gk = zeros(backend, kQkv), gv = zeros(backend, kQkv);
     backend.attention_backward(dq_, dk_, dv_, out, lse, dout, gq, gk, gv, args);
     const auto qd = to_double(q), kd = to_double(k), vd = to_double(v);
-    const auto rq = central_difference(qd, [&](const std::vector<double>& x) { return weighted_sum(attention_ref(x, kd, vd, args).out, w); });
-    const auto rk = central_difference(kd, [&](const std::vector<double>& x) { return weighted_sum(attention_ref(qd, x, vd, args).out, w); });
-    const auto rv = central_difference(vd, [&](const std::vector<double>& x) { return weighted_sum(attention_ref(qd, kd, x, args).out, w); });
+    const auto rq = central_difference(qd, [&](const std::vector<double>& x) {
+      return weighted_sum(attention_ref(x, kd, vd, args).out, w);
+    });
+    const auto rk = central_difference(kd, [&](const std::vector<double>& x) {
+      return weighted_sum(attention_ref(qd, x, vd, args).out, w);
+    });
+    const auto rv = central_difference(vd, [&](const std::vector<double>& x) {
+      return weighted_sum(attention_ref(qd, kd, x, args).out, w);
+    });
     // Each gradient element sums S terms, each from D-term dots and the recomputed probability.
     const std::int64_t chain = 2 * D + 2 * S + 12;
     CARTO_CHECK_CLOSE("attention dq", gq.download(), rq, fp32_chain(chain, max_abs(rq)));
@@ -92,7 +108,8 @@ TEST_CASE("fused attention equals the materialized GEMM + softmax + dropout piec
   Backend& backend = cpu;
   const std::vector<float> q = random_normal(kQkv.numel(), 70), k = random_normal(kQkv.numel(), 71),
                            v = random_normal(kQkv.numel(), 72), w = random_normal(kQkv.numel(), 73);
-  DeviceTensor tq(backend, kQkv, q), tk(backend, kQkv, k), tv(backend, kQkv, v), dout(backend, kQkv, w);
+  DeviceTensor tq(backend, kQkv, q), tk(backend, kQkv, k), tv(backend, kQkv, v),
+      dout(backend, kQkv, w);
 
   // Fused.
   DeviceTensor fo(backend, kQkv), lse(backend, kRows);
@@ -103,19 +120,21 @@ TEST_CASE("fused attention equals the materialized GEMM + softmax + dropout piec
   // Materialized, as the graph's materialized attention runs it (the scale folded into softmax).
   const SoftmaxArgs soft{.scale = kArgs.scale, .masking = Masking::causal};
   const DropoutArgs drop{.probability = kArgs.dropout, .rng = kArgs.rng};
-  DeviceTensor scores(backend, kProbs), probs(backend, kProbs), dropped(backend, kProbs), mo(backend, kQkv);
-  backend.gemm(tq, tk, scores, {.b = Transpose::yes});   // (B, a, S, S)
+  DeviceTensor scores(backend, kProbs), probs(backend, kProbs), dropped(backend, kProbs),
+      mo(backend, kQkv);
+  backend.gemm(tq, tk, scores, {.b = Transpose::yes});  // (B, a, S, S)
   backend.softmax_forward(scores, probs, soft);
   backend.dropout_forward(probs, dropped, drop);
-  backend.gemm(dropped, tv, mo, {});                        // (B, a, S, d)
-  DeviceTensor d_dropped(backend, kProbs), d_probs = zeros(backend, kProbs), d_scores = zeros(backend, kProbs);
+  backend.gemm(dropped, tv, mo, {});  // (B, a, S, d)
+  DeviceTensor d_dropped(backend, kProbs), d_probs = zeros(backend, kProbs),
+                                           d_scores = zeros(backend, kProbs);
   DeviceTensor mq(backend, kQkv), mk(backend, kQkv), mv(backend, kQkv);
   backend.gemm(dout, tv, d_dropped, {.b = Transpose::yes});  // dP' = dO vᵀ
   backend.gemm(dropped, dout, mv, {.a = Transpose::yes});    // dv = P'ᵀ dO
   backend.dropout_backward(d_dropped, d_probs, drop);
   backend.softmax_backward(probs, d_probs, d_scores, soft);
-  backend.gemm(d_scores, tk, mq, {});                       // dq = dS k
-  backend.gemm(d_scores, tq, mk, {.a = Transpose::yes});    // dk = dSᵀ q
+  backend.gemm(d_scores, tk, mq, {});                     // dq = dS k
+  backend.gemm(d_scores, tq, mk, {.a = Transpose::yes});  // dk = dSᵀ q
 
   // Two fp32 evaluations of one function: each within fp32_chain of the exact value, so within
   // twice that of each other.
@@ -127,7 +146,8 @@ TEST_CASE("fused attention equals the materialized GEMM + softmax + dropout piec
   CARTO_CHECK_CLOSE("dv", fv.download(), as_ref(mv), fp32_chain(chain, max_abs(as_ref(mv))));
 }
 
-TEST_CASE("fused attention on a head shard equals those heads of the whole", "[kernels][attention]") {
+TEST_CASE("fused attention on a head shard equals those heads of the whole",
+          "[kernels][attention]") {
   cpu::CpuBackend backend;
   const std::vector<float> q = random_normal(kQkv.numel(), 80), k = random_normal(kQkv.numel(), 81),
                            v = random_normal(kQkv.numel(), 82);
@@ -150,7 +170,8 @@ TEST_CASE("fused attention on a head shard equals those heads of the whole", "[k
     std::int64_t wrong = 0;
     for (std::int64_t b = 0; b < B; ++b)
       for (std::int64_t i = 0; i < S * D; ++i)
-        wrong += got[static_cast<std::size_t>(b * S * D + i)] != whole[static_cast<std::size_t>((b * A + h) * S * D + i)];
+        wrong += got[static_cast<std::size_t>(b * S * D + i)] !=
+                 whole[static_cast<std::size_t>((b * A + h) * S * D + i)];
     CHECK(wrong == 0);  // the same dropout mask and arithmetic: bitwise equal
   }
 }

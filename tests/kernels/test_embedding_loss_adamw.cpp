@@ -18,10 +18,13 @@ std::vector<double> cross_entropy_ref_rows(const std::vector<double>& logits, do
   double total = 0;
   for (std::int64_t i = 0; i < N; ++i) {
     double max = -INFINITY, sum = 0;
-    for (std::int64_t j = 0; j < V; ++j) max = std::max(max, logits[static_cast<std::size_t>(i * V + j)]);
-    for (std::int64_t j = 0; j < V; ++j) sum += std::exp(logits[static_cast<std::size_t>(i * V + j)] - max);
+    for (std::int64_t j = 0; j < V; ++j)
+      max = std::max(max, logits[static_cast<std::size_t>(i * V + j)]);
+    for (std::int64_t j = 0; j < V; ++j)
+      sum += std::exp(logits[static_cast<std::size_t>(i * V + j)] - max);
     lse[static_cast<std::size_t>(i)] = max + std::log(sum);
-    total += lse[static_cast<std::size_t>(i)] - logits[static_cast<std::size_t>(i * V + kIds[static_cast<std::size_t>(i)])];
+    total += lse[static_cast<std::size_t>(i)] -
+             logits[static_cast<std::size_t>(i * V + kIds[static_cast<std::size_t>(i)])];
   }
   *loss = total / N;
   return lse;
@@ -35,14 +38,16 @@ TEST_CASE("embedding lookup and scatter-add, whole and over 2 and 4 vocab shards
   Backend& backend = cpu;
   const TensorShape table_shape{{"vocab", V}, {"hidden", H}}, ids_shape{{"b", 2}, {"s", 3}},
       out_shape{{"b", 2}, {"s", 3}, {"hidden", H}};
-  const std::vector<float> table = random_normal(table_shape.numel(), 90), w = random_normal(out_shape.numel(), 91);
+  const std::vector<float> table = random_normal(table_shape.numel(), 90),
+                           w = random_normal(out_shape.numel(), 91);
   DeviceIds ids(backend, ids_shape, kIds);
   DeviceTensor t(backend, table_shape, table), out(backend, out_shape);
   backend.embedding_forward(t, ids, out, {});
   std::vector<float> expected(static_cast<std::size_t>(out_shape.numel()));
   for (std::int64_t n = 0; n < N; ++n)
     for (std::int64_t h = 0; h < H; ++h)
-      expected[static_cast<std::size_t>(n * H + h)] = table[static_cast<std::size_t>(kIds[static_cast<std::size_t>(n)] * H + h)];
+      expected[static_cast<std::size_t>(n * H + h)] =
+          table[static_cast<std::size_t>(kIds[static_cast<std::size_t>(n)] * H + h)];
   CHECK(out.download() == expected);  // a copy: exact
 
   DeviceTensor dout(backend, out_shape, w);
@@ -50,7 +55,9 @@ TEST_CASE("embedding lookup and scatter-add, whole and over 2 and 4 vocab shards
   backend.embedding_backward(dout, ids, dtable, {});
   std::vector<double> rt(table.size(), 0.0);  // token 3 appears twice: its row sums two
   for (std::int64_t n = 0; n < N; ++n)
-    for (std::int64_t h = 0; h < H; ++h) rt[static_cast<std::size_t>(kIds[static_cast<std::size_t>(n)] * H + h)] += w[static_cast<std::size_t>(n * H + h)];
+    for (std::int64_t h = 0; h < H; ++h)
+      rt[static_cast<std::size_t>(kIds[static_cast<std::size_t>(n)] * H + h)] +=
+          w[static_cast<std::size_t>(n * H + h)];
   CARTO_CHECK_CLOSE("embedding dtable", dtable.download(), rt, fp32_chain(2, max_abs(rt)));
 
   for (std::int64_t shards : {2, 4}) {
@@ -61,7 +68,8 @@ TEST_CASE("embedding lookup and scatter-add, whole and over 2 and 4 vocab shards
     std::vector<float> gathered_grad;
     for (std::int64_t r = 0; r < shards; ++r) {
       DeviceTensor part(backend, local), part_out(backend, out_shape);
-      backend.copy_box(t, {.offset = {r * rows, 0}, .extent = {rows, H}}, part, {0, 0}, CopyMode::assign);
+      backend.copy_box(t, {.offset = {r * rows, 0}, .extent = {rows, H}}, part, {0, 0},
+                       CopyMode::assign);
       backend.embedding_forward(part, ids, part_out, {.vocab_offset = r * rows});
       backend.add_scaled(part_out, 1.0f, sum);  // the all-reduce of the Partial output
       DeviceTensor part_grad = zeros(backend, local);
@@ -69,8 +77,8 @@ TEST_CASE("embedding lookup and scatter-add, whole and over 2 and 4 vocab shards
       const std::vector<float> g = part_grad.download();
       gathered_grad.insert(gathered_grad.end(), g.begin(), g.end());
     }
-    CHECK(sum.download() == expected);           // one nonzero summand per element: exact
-    CHECK(gathered_grad == dtable.download());   // the same additions in the same order
+    CHECK(sum.download() == expected);          // one nonzero summand per element: exact
+    CHECK(gathered_grad == dtable.download());  // the same additions in the same order
   }
 }
 
@@ -88,19 +96,23 @@ TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 a
   double ref_loss = 0;
   const std::vector<double> ref_lse = cross_entropy_ref_rows(to_double(logits), &ref_loss);
   // A row: V exps summed (V + 4 roundings) then a log; the mean over N rows is summed in double.
-  CARTO_CHECK_CLOSE("cross-entropy logsumexp", lse.download(), ref_lse, fp32_chain(V + 6, max_abs(ref_lse)));
+  CARTO_CHECK_CLOSE("cross-entropy logsumexp", lse.download(), ref_lse,
+                    fp32_chain(V + 6, max_abs(ref_lse)));
   CARTO_CHECK_CLOSE("cross-entropy loss", loss.download(), std::vector<double>{ref_loss},
                     fp32_chain(V + 8, max_abs(ref_lse)));
 
   DeviceTensor dlogits = zeros(backend, logits_shape);
   backend.cross_entropy_backward(tl, targets, lse, dloss, dlogits, {});
-  const std::vector<double> rd = central_difference(to_double(logits), [](const std::vector<double>& x) {
-    double l = 0;
-    (void)cross_entropy_ref_rows(x, &l);
-    return l;
-  });
-  CARTO_CHECK_CLOSE("cross-entropy dlogits", dlogits.download(), rd, fp32_chain(V + 8, max_abs(rd)));
-  CHECK_THROWS_AS(backend.cross_entropy_forward(tl, targets, loss, lse, {.vocab_offset = 4}), Error);
+  const std::vector<double> rd =
+      central_difference(to_double(logits), [](const std::vector<double>& x) {
+        double l = 0;
+        (void)cross_entropy_ref_rows(x, &l);
+        return l;
+      });
+  CARTO_CHECK_CLOSE("cross-entropy dlogits", dlogits.download(), rd,
+                    fp32_chain(V + 8, max_abs(rd)));
+  CHECK_THROWS_AS(backend.cross_entropy_forward(tl, targets, loss, lse, {.vocab_offset = 4}),
+                  Error);
 
   const std::vector<float> whole_loss = loss.download(), whole_grad = dlogits.download();
   for (std::int64_t shards : {2, 4}) {
@@ -110,8 +122,8 @@ TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 a
     std::vector<DeviceTensor> parts;
     for (std::int64_t r = 0; r < shards; ++r) {
       parts.emplace_back(backend, local);
-      backend.copy_box(tl, {.offset = {0, 0, r * cols}, .extent = {2, 3, cols}}, parts.back(), {0, 0, 0},
-                       CopyMode::assign);
+      backend.copy_box(tl, {.offset = {0, 0, r * cols}, .extent = {2, 3, cols}}, parts.back(),
+                       {0, 0, 0}, CopyMode::assign);
     }
     // all-reduce max of the local row maxima.
     DeviceTensor row_max(backend, rows), part_max(backend, rows);
@@ -119,39 +131,48 @@ TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 a
     for (std::int64_t r = 0; r < shards; ++r) {
       backend.cross_entropy_row_max(parts[static_cast<std::size_t>(r)], part_max);
       const std::vector<float> m = part_max.download();
-      for (std::int64_t i = 0; i < N; ++i) global_max[static_cast<std::size_t>(i)] = std::max(global_max[static_cast<std::size_t>(i)], m[static_cast<std::size_t>(i)]);
+      for (std::int64_t i = 0; i < N; ++i)
+        global_max[static_cast<std::size_t>(i)] =
+            std::max(global_max[static_cast<std::size_t>(i)], m[static_cast<std::size_t>(i)]);
     }
     row_max.upload(global_max);
     // all-reduce sum of the local Σ exp and of the target logits.
-    DeviceTensor sum_exp = zeros(backend, rows), target = zeros(backend, rows), part_sum(backend, rows),
-                 part_target(backend, rows);
+    DeviceTensor sum_exp = zeros(backend, rows), target = zeros(backend, rows),
+                 part_sum(backend, rows), part_target(backend, rows);
     for (std::int64_t r = 0; r < shards; ++r) {
       const CrossEntropyArgs args{.vocab_offset = r * cols};
       backend.cross_entropy_sum_exp(parts[static_cast<std::size_t>(r)], row_max, part_sum);
-      backend.cross_entropy_target_logit(parts[static_cast<std::size_t>(r)], targets, part_target, args);
+      backend.cross_entropy_target_logit(parts[static_cast<std::size_t>(r)], targets, part_target,
+                                         args);
       backend.add_scaled(part_sum, 1.0f, sum_exp);
       backend.add_scaled(part_target, 1.0f, target);
     }
     std::vector<float> grads;
     for (std::int64_t r = 0; r < shards; ++r) {
       const CrossEntropyArgs args{.vocab_offset = r * cols};
-      DeviceTensor part_loss(backend, scalar), part_lse(backend, rows), part_grad = zeros(backend, local);
+      DeviceTensor part_loss(backend, scalar), part_lse(backend, rows),
+          part_grad = zeros(backend, local);
       backend.cross_entropy_loss(row_max, sum_exp, target, part_loss, part_lse, args);
       // Every shard holds the same loss; the sums were split, so compare within the sum's rounding.
       CARTO_CHECK_CLOSE("vocab-parallel loss", part_loss.download(), to_double(whole_loss),
                         fp32_chain(2 * V + 8, max_abs(ref_lse)));
-      backend.cross_entropy_backward(parts[static_cast<std::size_t>(r)], targets, part_lse, dloss, part_grad, args);
+      backend.cross_entropy_backward(parts[static_cast<std::size_t>(r)], targets, part_lse, dloss,
+                                     part_grad, args);
       // Gather the vocab columns back into (rows, V) order.
       const std::vector<float> g = part_grad.download();
       grads.resize(static_cast<std::size_t>(N * V));
       for (std::int64_t i = 0; i < N; ++i)
-        for (std::int64_t j = 0; j < cols; ++j) grads[static_cast<std::size_t>(i * V + r * cols + j)] = g[static_cast<std::size_t>(i * cols + j)];
+        for (std::int64_t j = 0; j < cols; ++j)
+          grads[static_cast<std::size_t>(i * V + r * cols + j)] =
+              g[static_cast<std::size_t>(i * cols + j)];
     }
-    CARTO_CHECK_CLOSE("vocab-parallel dlogits", grads, to_double(whole_grad), fp32_chain(2 * V + 8, max_abs(rd)));
+    CARTO_CHECK_CLOSE("vocab-parallel dlogits", grads, to_double(whole_grad),
+                      fp32_chain(2 * V + 8, max_abs(rd)));
   }
 }
 
-TEST_CASE("the loss over a batch shard is a summand of the global mean", "[kernels][cross_entropy]") {
+TEST_CASE("the loss over a batch shard is a summand of the global mean",
+          "[kernels][cross_entropy]") {
   cpu::CpuBackend backend;
   const TensorShape logits_shape{{"rows", N}, {"vocab", V}}, half{{"rows", N / 2}, {"vocab", V}};
   const std::vector<float> logits = random_normal(logits_shape.numel(), 110);
@@ -161,9 +182,11 @@ TEST_CASE("the loss over a batch shard is a summand of the global mean", "[kerne
   double total = 0;
   for (std::int64_t r = 0; r < 2; ++r) {
     DeviceTensor part(backend, half), part_loss(backend, {}), part_lse(backend, {{"rows", N / 2}});
-    backend.copy_box(tl, {.offset = {r * N / 2, 0}, .extent = {N / 2, V}}, part, {0, 0}, CopyMode::assign);
-    DeviceIds ids(backend, {{"rows", N / 2}},
-                  std::vector<std::int32_t>(kIds.begin() + r * N / 2, kIds.begin() + (r + 1) * N / 2));
+    backend.copy_box(tl, {.offset = {r * N / 2, 0}, .extent = {N / 2, V}}, part, {0, 0},
+                     CopyMode::assign);
+    DeviceIds ids(
+        backend, {{"rows", N / 2}},
+        std::vector<std::int32_t>(kIds.begin() + r * N / 2, kIds.begin() + (r + 1) * N / 2));
     backend.cross_entropy_forward(part, ids, part_loss, part_lse, {.token_count = N});
     total += part_loss.download()[0];
   }
@@ -204,7 +227,10 @@ TEST_CASE("AdamW: two steps by hand", "[kernels][adamw]") {
   CHECK(std::fabs(s2.p - 0.854466298) < 1e-9);
   // The kernel's hyperparameters are fp32 (1 - 0.999f differs from 0.001 by 1.3e-5 relative), so
   // it is held to the same formula with the fp32 constants.
-  const Hyper f32{.lr = double{0.1f}, .b1 = double{0.9f}, .b2 = double{0.999f}, .eps = double{1e-8f},
+  const Hyper f32{.lr = double{0.1f},
+                  .b1 = double{0.9f},
+                  .b2 = double{0.999f},
+                  .eps = double{1e-8f},
                   .wd = double{0.1f}};
   const State r1 = step({.p = 1.0, .m = 0.0, .v = 0.0}, 0.5, f32, 1);
   const State r2 = step(r1, -0.25, f32, 2);
@@ -214,16 +240,23 @@ TEST_CASE("AdamW: two steps by hand", "[kernels][adamw]") {
   // update; p, m, v in fp32 for two steps: about 20 roundings, each relative to values of order 1.
   const TensorShape s{{"n", 3}};
   DeviceTensor p(backend, s, {1.0f, -1.0f, 1.0f}), m = zeros(backend, s), v = zeros(backend, s);
-  const AdamWArgs args{.learning_rate = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-8f,
+  const AdamWArgs args{.learning_rate = 0.1f,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.999f,
+                       .epsilon = 1e-8f,
                        .weight_decay = 0.1f};
   DeviceTensor g1(backend, s, {0.5f, -0.5f, 0.5f}), g2(backend, s, {-0.25f, 0.25f, -0.25f});
   backend.adamw_update(p, g1, m, v, args);  // step 1
-  CARTO_CHECK_CLOSE("p after step 1", p.download(), (std::vector<double>{p1, -p1, p1}), fp32_chain(10, 1.0));
+  CARTO_CHECK_CLOSE("p after step 1", p.download(), (std::vector<double>{p1, -p1, p1}),
+                    fp32_chain(10, 1.0));
   AdamWArgs second = args;
   second.step = 2;
   backend.adamw_update(p, g2, m, v, second);
-  CARTO_CHECK_CLOSE("p after step 2", p.download(), (std::vector<double>{p2, -p2, p2}), fp32_chain(20, 1.0));
-  CARTO_CHECK_CLOSE("m after step 2", m.download(), (std::vector<double>{m2, -m2, m2}), fp32_chain(6, 0.05));
-  CARTO_CHECK_CLOSE("v after step 2", v.download(), (std::vector<double>{v2, v2, v2}), fp32_chain(6, 3e-4));
+  CARTO_CHECK_CLOSE("p after step 2", p.download(), (std::vector<double>{p2, -p2, p2}),
+                    fp32_chain(20, 1.0));
+  CARTO_CHECK_CLOSE("m after step 2", m.download(), (std::vector<double>{m2, -m2, m2}),
+                    fp32_chain(6, 0.05));
+  CARTO_CHECK_CLOSE("v after step 2", v.download(), (std::vector<double>{v2, v2, v2}),
+                    fp32_chain(6, 3e-4));
   CHECK_THROWS_AS(backend.adamw_update(p, g2, m, v, {.step = 0}), Error);
 }

@@ -41,14 +41,17 @@ void run_gemm_case(Backend& backend, const GemmCase& c, std::uint32_t seed) {
       for (std::int64_t j = 0; j < c.n; ++j) {
         double s = 0, abs = 0;
         for (std::int64_t l = 0; l < c.k; ++l) {
-          const double x = a[static_cast<std::size_t>(pa * c.m * c.k + (ta ? l * c.m + i : i * c.k + l))];
-          const double y = b[static_cast<std::size_t>(pb * c.k * c.n + (tb ? j * c.k + l : l * c.n + j))];
+          const double x =
+              a[static_cast<std::size_t>(pa * c.m * c.k + (ta ? l * c.m + i : i * c.k + l))];
+          const double y =
+              b[static_cast<std::size_t>(pb * c.k * c.n + (tb ? j * c.k + l : l * c.n + j))];
           s += x * y;
           abs += std::fabs(x * y);
         }
         const auto o = static_cast<std::size_t>((p * c.m + i) * c.n + j);
         ref[o] = c.args.alpha * s + c.args.beta * c0[o];
-        magnitude = std::max(magnitude, std::fabs(c.args.alpha) * abs + std::fabs(c.args.beta * c0[o]));
+        magnitude =
+            std::max(magnitude, std::fabs(c.args.alpha) * abs + std::fabs(c.args.beta * c0[o]));
       }
     }
   }
@@ -58,16 +61,22 @@ void run_gemm_case(Backend& backend, const GemmCase& c, std::uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("gemm equals a double reference for every transpose, batch and broadcast", "[kernels][gemm]") {
+TEST_CASE("gemm equals a double reference for every transpose, batch and broadcast",
+          "[kernels][gemm]") {
   cpu::CpuBackend cpu;
   Backend& backend = cpu;
   std::uint32_t seed = 10;
   for (Transpose ta : {Transpose::no, Transpose::yes}) {
     for (Transpose tb : {Transpose::no, Transpose::yes}) {
-      for (auto [ba, bb, bc] : {std::tuple{1, 1, 1}, std::tuple{3, 3, 3}, std::tuple{3, 1, 3},
-                                std::tuple{1, 3, 3}}) {
+      for (auto [ba, bb, bc] :
+           {std::tuple{1, 1, 1}, std::tuple{3, 3, 3}, std::tuple{3, 1, 3}, std::tuple{1, 3, 3}}) {
         for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.5f, 1.0f}}) {
-          const GemmCase c{.batch_a = ba, .batch_b = bb, .batch_c = bc, .m = 5, .n = 7, .k = 33,
+          const GemmCase c{.batch_a = ba,
+                           .batch_b = bb,
+                           .batch_c = bc,
+                           .m = 5,
+                           .n = 7,
+                           .k = 33,
                            .args = {.a = ta, .b = tb, .alpha = alpha, .beta = beta}};
           INFO("ta=" << (ta == Transpose::yes) << " tb=" << (tb == Transpose::yes) << " batches "
                      << ba << "," << bb << "," << bc << " alpha=" << alpha << " beta=" << beta);
@@ -77,14 +86,15 @@ TEST_CASE("gemm equals a double reference for every transpose, batch and broadca
     }
   }
   // The demo's shape, folded into one call: (2, 128, 256) · (256, 1024).
-  run_gemm_case(backend, {.batch_a = 2, .batch_b = 1, .batch_c = 2, .m = 128, .n = 96, .k = 256,
-                          .args = {}},
+  run_gemm_case(backend,
+                {.batch_a = 2, .batch_b = 1, .batch_c = 2, .m = 128, .n = 96, .k = 256, .args = {}},
                 100);
 }
 
 TEST_CASE("gemm rejects shapes that do not multiply", "[kernels][gemm]") {
   cpu::CpuBackend backend;
-  DeviceTensor a(backend, matrix(1, 4, 5)), b(backend, matrix(1, 6, 3)), c(backend, matrix(1, 4, 3));
+  DeviceTensor a(backend, matrix(1, 4, 5)), b(backend, matrix(1, 6, 3)),
+      c(backend, matrix(1, 4, 3));
   CHECK_THROWS_AS(backend.gemm(a, b, c, {}), Error);
   DeviceTensor b2(backend, matrix(2, 5, 3)), c3(backend, matrix(3, 4, 3));
   CHECK_THROWS_AS(backend.gemm(a, b2, c3, {}), Error);  // batch 2 is neither 3 nor 1
@@ -122,7 +132,8 @@ TEST_CASE("copy_box slices and places boxes exactly; accumulate adds", "[kernels
   DeviceTensor src(backend, big, x);
   const TensorShape small{{"a", 2}, {"b", 3}, {"c", 4}};
   DeviceTensor dst(backend, small);
-  backend.copy_box(src, {.offset = {1, 2, 1}, .extent = {2, 3, 4}}, dst, {0, 0, 0}, CopyMode::assign);
+  backend.copy_box(src, {.offset = {1, 2, 1}, .extent = {2, 3, 4}}, dst, {0, 0, 0},
+                   CopyMode::assign);
   std::vector<float> got = dst.download();
   std::int64_t wrong = 0;
   for (std::int64_t i = 0; i < 2; ++i)
@@ -146,14 +157,15 @@ TEST_CASE("copy_box slices and places boxes exactly; accumulate adds", "[kernels
   }
   CHECK(whole.download() == x);
 
-  backend.copy_box(src, {.offset = {0, 0, 0}, .extent = {4, 5, 6}}, whole, {0, 0, 0}, CopyMode::accumulate);
+  backend.copy_box(src, {.offset = {0, 0, 0}, .extent = {4, 5, 6}}, whole, {0, 0, 0},
+                   CopyMode::accumulate);
   got = whole.download();
   wrong = 0;
   for (std::size_t i = 0; i < x.size(); ++i) wrong += got[i] != 2 * x[i];
   CHECK(wrong == 0);
 
-  CHECK_THROWS_AS(backend.copy_box(src, {.offset = {3, 0, 0}, .extent = {2, 5, 6}}, whole, {0, 0, 0},
-                                   CopyMode::assign),
+  CHECK_THROWS_AS(backend.copy_box(src, {.offset = {3, 0, 0}, .extent = {2, 5, 6}}, whole,
+                                   {0, 0, 0}, CopyMode::assign),
                   Error);
 }
 
@@ -168,7 +180,8 @@ TEST_CASE("heads_box splits the fused QKV into heads and merges them back", "[ke
   const StridedBox contiguous = box_of(split, {.offset = {0, 0, 0, 0}, .extent = extents});
   for (std::int64_t part = 0; part < 3; ++part) {
     DeviceTensor t(backend, split);
-    backend.copy_strided(qkv, heads_box(fused, 3, part, heads), t, contiguous, extents, CopyMode::assign);
+    backend.copy_strided(qkv, heads_box(fused, 3, part, heads), t, contiguous, extents,
+                         CopyMode::assign);
     const std::vector<float> got = t.download();
     std::int64_t wrong = 0;  // t[b, n, s, e] = qkv[b, s, part·H + n·d + e]
     for (std::int64_t b = 0; b < B; ++b)
@@ -178,7 +191,8 @@ TEST_CASE("heads_box splits the fused QKV into heads and merges them back", "[ke
             wrong += got[static_cast<std::size_t>(((b * heads + n) * S + s) * d + e)] !=
                      x[static_cast<std::size_t>((b * S + s) * 3 * H + part * H + n * d + e)];
     CHECK(wrong == 0);
-    backend.copy_strided(t, contiguous, back, heads_box(fused, 3, part, heads), extents, CopyMode::assign);
+    backend.copy_strided(t, contiguous, back, heads_box(fused, 3, part, heads), extents,
+                         CopyMode::assign);
   }
   CHECK(back.download() == x);  // merge ∘ split = identity
 }
@@ -198,7 +212,8 @@ TEST_CASE("fill_normal on any shard equals the same box of the whole tensor", "[
       std::int64_t wrong = 0;
       for (std::int64_t a = 0; a < 3; ++a)
         for (std::int64_t b = 0; b < 2; ++b)
-          wrong += got[static_cast<std::size_t>(a * 2 + b)] != w[static_cast<std::size_t>((3 * i + a) * 8 + 2 * j + b)];
+          wrong += got[static_cast<std::size_t>(a * 2 + b)] !=
+                   w[static_cast<std::size_t>((3 * i + a) * 8 + 2 * j + b)];
       CHECK(wrong == 0);
     }
   }

@@ -113,9 +113,10 @@ TEST_CASE("softmax forward and backward, scaled, with and without the causal mas
     DeviceTensor dy(backend, s, w);
     DeviceTensor dx = zeros(backend, s);
     backend.softmax_backward(y, dy, dx, args);
-    const std::vector<double> rx = central_difference(to_double(x), [&](const std::vector<double>& v) {
-      return weighted_sum(softmax_ref(v, S, S, 0.35, causal), w);
-    });
+    const std::vector<double> rx =
+        central_difference(to_double(x), [&](const std::vector<double>& v) {
+          return weighted_sum(softmax_ref(v, S, S, 0.35, causal), w);
+        });
     CARTO_CHECK_CLOSE("softmax dx", dx.download(), rx, fp32_chain(2 * S + 8, max_abs(rx)));
   }
 }
@@ -132,9 +133,11 @@ TEST_CASE("softmax on a shard of query rows masks by global positions", "[kernel
   // The query rows [4, 8) of each head alone, placed in the global (2, 8, 8).
   const TensorShape half{{"heads", 2}, {"q", S / 2}, {"k", S}};
   DeviceTensor part(backend, half), part_y(backend, half);
-  backend.copy_box(in, {.offset = {0, S / 2, 0}, .extent = {2, S / 2, S}}, part, {0, 0, 0}, CopyMode::assign);
+  backend.copy_box(in, {.offset = {0, S / 2, 0}, .extent = {2, S / 2, S}}, part, {0, 0, 0},
+                   CopyMode::assign);
   backend.softmax_forward(part, part_y,
-                          {.scale = 0.5f, .masking = Masking::causal,
+                          {.scale = 0.5f,
+                           .masking = Masking::causal,
                            .placement = {.global_extents = {2, S, S}, .offset = {0, S / 2, 0}}});
   const std::vector<float> got = part_y.download();
   std::int64_t wrong = 0;
@@ -155,16 +158,18 @@ TEST_CASE("GELU (tanh approximation) forward and backward", "[kernels][gelu]") {
   backend.gelu_forward(in, y);
   std::vector<double> ref(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) ref[i] = gelu_ref(x[i]);
-  // About 8 roundings (the cubic, tanh, the products); 1 + tanh cancels for x << 0, where atol holds.
+  // About 8 roundings (the cubic, tanh, the products); 1 + tanh cancels for x << 0, where atol
+  // holds.
   CARTO_CHECK_CLOSE("gelu y", y.download(), ref, fp32_chain(8, max_abs(ref)));
   DeviceTensor dy(backend, s, w);
   DeviceTensor dx = zeros(backend, s);
   backend.gelu_backward(in, dy, dx);
-  const std::vector<double> rx = central_difference(to_double(x), [&](const std::vector<double>& v) {
-    double total = 0;
-    for (std::size_t i = 0; i < v.size(); ++i) total += w[i] * gelu_ref(v[i]);
-    return total;
-  });
+  const std::vector<double> rx =
+      central_difference(to_double(x), [&](const std::vector<double>& v) {
+        double total = 0;
+        for (std::size_t i = 0; i < v.size(); ++i) total += w[i] * gelu_ref(v[i]);
+        return total;
+      });
   CARTO_CHECK_CLOSE("gelu dx", dx.download(), rx, fp32_chain(12, max_abs(rx)));
 }
 
@@ -173,7 +178,8 @@ TEST_CASE("dropout: the mask is the RNG's at global indices, on any shard", "[ke
   Backend& backend = cpu;
   const TensorShape s{{"b", 4}, {"s", 6}, {"h", 10}};
   const std::vector<float> x = random_normal(s.numel(), 40), w = random_normal(s.numel(), 41);
-  const DropoutArgs args{.probability = 0.25f, .rng = {.seed = 9, .id = stream_id(RngPurpose::dropout, 1, 3)}};
+  const DropoutArgs args{.probability = 0.25f,
+                         .rng = {.seed = 9, .id = stream_id(RngPurpose::dropout, 1, 3)}};
   DeviceTensor in(backend, s, x), y(backend, s);
   backend.dropout_forward(in, y, args);
   const std::vector<float> got = y.download();
@@ -201,7 +207,8 @@ TEST_CASE("dropout: the mask is the RNG's at global indices, on any shard", "[ke
   // A (2, 6, 5) shard at (2, 0, 5) draws the mask of those global elements: bitwise equal outputs.
   const TensorShape ls{{"b", 2}, {"s", 6}, {"h", 5}};
   DeviceTensor part(backend, ls), part_y(backend, ls);
-  backend.copy_box(in, {.offset = {2, 0, 5}, .extent = {2, 6, 5}}, part, {0, 0, 0}, CopyMode::assign);
+  backend.copy_box(in, {.offset = {2, 0, 5}, .extent = {2, 6, 5}}, part, {0, 0, 0},
+                   CopyMode::assign);
   DropoutArgs shard = args;
   shard.placement = {.global_extents = {4, 6, 10}, .offset = {2, 0, 5}};
   backend.dropout_forward(part, part_y, shard);

@@ -1,10 +1,9 @@
 // Per-op costs, unsharded and per sharding strategy. The defining equation (DESIGN.md §3, STYLE.md
 // 11): per-device numbers are the global ones divided by the split factors, exactly, so the
 // per-device FLOPs times the number of distinct shards equal the unsharded FLOPs.
-#include <catch2/catch.hpp>
-
 #include <carto/profile.hpp>
 #include <carto/spec.hpp>
+#include <catch2/catch.hpp>
 
 using namespace carto;
 
@@ -23,7 +22,8 @@ struct Matmul {
 
 }  // namespace
 
-TEST_CASE("unsharded einsum: 2 FLOPs per multiply-add, each gradient the same again", "[profile][op]") {
+TEST_CASE("unsharded einsum: 2 FLOPs per multiply-add, each gradient the same again",
+          "[profile][op]") {
   Matmul m;
   const OpCost c = op_cost(m.g, m.op);
   const std::int64_t macs = 4 * 6 * 8 * 10;
@@ -68,9 +68,11 @@ TEST_CASE("sharded einsum: FLOPs and bytes divide exactly for every valid strate
       REQUIRE(c.flops_forward * shards == global.flops_forward);
       REQUIRE(c.flops_backward_input * shards == global.flops_backward_input);
       REQUIRE(c.flops_backward_weight * shards == global.flops_backward_weight);
-      if (shards == mesh.num_devices()) REQUIRE(c.flops_forward * mesh.num_devices() == global.flops_forward);
+      if (shards == mesh.num_devices())
+        REQUIRE(c.flops_forward * mesh.num_devices() == global.flops_forward);
       REQUIRE(c.bytes_read == (xs.numel() / num_distinct_slices(sx, mesh) +
-                               ws.numel() / num_distinct_slices(sw, mesh)) * 2);
+                               ws.numel() / num_distinct_slices(sw, mesh)) *
+                                  2);
       REQUIRE(c.output_bytes * num_distinct_slices(out, mesh) == global.output_bytes);
       // A split contracted letter makes the output Partial over its axes.
       REQUIRE(out.partial().size() == sw.dims()[0].size());
@@ -82,21 +84,28 @@ TEST_CASE("sharded einsum: FLOPs and bytes divide exactly for every valid strate
   REQUIRE(partial > 0);
 }
 
-TEST_CASE("Megatron layouts: column-parallel then row-parallel gives Partial(tp)", "[profile][op][sharding]") {
+TEST_CASE("Megatron layouts: column-parallel then row-parallel gives Partial(tp)",
+          "[profile][op][sharding]") {
   Matmul m;
   const DeviceMesh mesh{{"dp", 2}, {"tp", 2}};
-  const ShardingSpec column = einsum_output_spec(m.g, m.op, {parse_spec("S(dp),R,R"), parse_spec("R,S(tp)")}, mesh);
+  const ShardingSpec column =
+      einsum_output_spec(m.g, m.op, {parse_spec("S(dp),R,R"), parse_spec("R,S(tp)")}, mesh);
   REQUIRE(column == parse_spec("S(dp),R,S(tp)"));
-  const ShardingSpec row = einsum_output_spec(m.g, m.op, {parse_spec("S(dp),R,S(tp)"), parse_spec("S(tp),R")}, mesh);
+  const ShardingSpec row =
+      einsum_output_spec(m.g, m.op, {parse_spec("S(dp),R,S(tp)"), parse_spec("S(tp),R")}, mesh);
   REQUIRE(row == parse_spec("S(dp),R,R|P(tp)"));
-  const OpCost c = op_cost(m.g, m.op, {.inputs = {parse_spec("S(dp),R,S(tp)"), parse_spec("S(tp),R")},
-                                       .output = row}, mesh);
+  const OpCost c = op_cost(
+      m.g, m.op, {.inputs = {parse_spec("S(dp),R,S(tp)"), parse_spec("S(tp),R")}, .output = row},
+      mesh);
   REQUIRE(c.flops_forward * 4 == op_cost(m.g, m.op).flops_forward);
 
-  REQUIRE_THROWS_WITH(einsum_output_spec(m.g, m.op, {parse_spec("R,R,S(tp)"), parse_spec("R,R")}, mesh),
-                      Catch::Contains("letter 'i' is split over (tp) in one operand and () in another"));
-  REQUIRE_THROWS_WITH(op_cost(m.g, m.op, {.inputs = {parse_spec("S(dp),R,S(tp)"), parse_spec("S(tp),R")},
-                                          .output = parse_spec("S(dp),R,R")}, mesh),
+  REQUIRE_THROWS_WITH(
+      einsum_output_spec(m.g, m.op, {parse_spec("R,R,S(tp)"), parse_spec("R,R")}, mesh),
+      Catch::Contains("letter 'i' is split over (tp) in one operand and () in another"));
+  REQUIRE_THROWS_WITH(op_cost(m.g, m.op,
+                              {.inputs = {parse_spec("S(dp),R,S(tp)"), parse_spec("S(tp),R")},
+                               .output = parse_spec("S(dp),R,R")},
+                              mesh),
                       Catch::Contains("these inputs give the output spec 'S(dp),R,R|P(tp)'"));
 }
 
@@ -117,13 +126,18 @@ TEST_CASE("non-einsum ops: rules per kind and exact division", "[profile][op][sh
   REQUIRE(ln.flops_forward * 4 == 8 * 4 * 6 * 8);
   REQUIRE(ln.saved_bytes == (4 * 6 * 8 / 4) * 2 + 2 * (4 * 6 / 4) * 4);
   REQUIRE(op_cost(g, OpId{0}, LayerNormStats::ignored).saved_bytes == 4 * 6 * 8 * 2);
-  REQUIRE_THROWS_WITH(op_cost(g, OpId{0}, {.inputs = {parse_spec("R,R,S(tp)"), parse_spec("S(tp)"), parse_spec("S(tp)")},
-                                           .output = parse_spec("R,R,S(tp)")}, mesh),
-                      Catch::Contains("the reduced dim is split"));
+  REQUIRE_THROWS_WITH(
+      op_cost(g, OpId{0},
+              {.inputs = {parse_spec("R,R,S(tp)"), parse_spec("S(tp)"), parse_spec("S(tp)")},
+               .output = parse_spec("R,R,S(tp)")},
+              mesh),
+      Catch::Contains("the reduced dim is split"));
   // Dropout keeps a 1-byte mask per element.
   REQUIRE(op_cost(g, OpId{1}, {.inputs = {s}, .output = s}, mesh).saved_bytes == 4 * 6 * 8 / 4);
   // GELU is nonlinear: a Partial input is refused.
-  REQUIRE_THROWS_WITH(op_cost(g, OpId{2}, {.inputs = {parse_spec("S(dp),R,R|P(tp)")},
-                                           .output = parse_spec("S(dp),R,R|P(tp)")}, mesh),
-                      Catch::Contains("needs a non-Partial input"));
+  REQUIRE_THROWS_WITH(
+      op_cost(g, OpId{2},
+              {.inputs = {parse_spec("S(dp),R,R|P(tp)")}, .output = parse_spec("S(dp),R,R|P(tp)")},
+              mesh),
+      Catch::Contains("needs a non-Partial input"));
 }

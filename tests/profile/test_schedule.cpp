@@ -1,15 +1,15 @@
 // The training-step schedule: liveness, the peak (not a sum), checkpointing.
-#include <catch2/catch.hpp>
-
 #include <carto/layers.hpp>
 #include <carto/profile.hpp>
+#include <catch2/catch.hpp>
 
 using namespace carto;
 
 namespace {
 using X = Tensor<DType::fp32, Shape<Dim<"batch", 4>, Dim<"hidden", 8>>>;
 using Y = Tensor<DType::fp32, Shape<Dim<"batch", 4>, Dim<"ffn", 16>>>;
-using TinyMlp = Sequential<Linear<X, Dim<"ffn", 16>, Bias::none>, Gelu<Y>, Linear<Y, Dim<"hidden", 8>, Bias::none>>;
+using TinyMlp = Sequential<Linear<X, Dim<"ffn", 16>, Bias::none>, Gelu<Y>,
+                           Linear<Y, Dim<"hidden", 8>, Bias::none>>;
 }  // namespace
 
 TEST_CASE("hand-computed peak of a tiny MLP (fp32, AdamW)", "[profile][schedule]") {
@@ -22,8 +22,11 @@ TEST_CASE("hand-computed peak of a tiny MLP (fp32, AdamW)", "[profile][schedule]
   const ModelProfile p = TinyMlp{}.profile({.precision = Precision::fp32});
   REQUIRE(p.params == 256);
   REQUIRE(p.memory.peak_bytes == 4608);
-  REQUIRE(p.memory.peak == MemoryBytes{.parameters = 1024, .gradients = 512, .optimizer = 2048,
-                                       .activations = 640, .temporaries = 384});
+  REQUIRE(p.memory.peak == MemoryBytes{.parameters = 1024,
+                                       .gradients = 512,
+                                       .optimizer = 2048,
+                                       .activations = 640,
+                                       .temporaries = 384});
   const TimelineEvent& peak = p.timeline[p.memory.peak_event];
   REQUIRE(peak.phase == Phase::backward);
   REQUIRE(peak.op == OpId{2});
@@ -31,7 +34,8 @@ TEST_CASE("hand-computed peak of a tiny MLP (fp32, AdamW)", "[profile][schedule]
   REQUIRE(p.timeline.size() == 7);
   REQUIRE(p.timeline[0].live.total() == 3072 + 128 + 256);
   REQUIRE(p.timeline[2].live.total() == 3072 + 128 + 256 + 256 + 128);
-  REQUIRE(p.timeline.back().live == MemoryBytes{.parameters = 1024, .gradients = 1024, .optimizer = 2048});
+  REQUIRE(p.timeline.back().live ==
+          MemoryBytes{.parameters = 1024, .gradients = 1024, .optimizer = 2048});
   // matmul FLOPs: 2·4·8·16 per matmul, three times per step.
   REQUIRE(p.flops.matmul_step == 3 * 2 * (2 * 4 * 8 * 16));
 }
@@ -42,8 +46,10 @@ TEST_CASE("GPT step: the peak covers the model states; everything is freed by th
     for (AttentionKind attention : {AttentionKind::materialized, AttentionKind::fused}) {
       for (Recompute recompute : {Recompute::none, Recompute::full}) {
         INFO(name << " " << to_string_view(attention) << " " << to_string_view(recompute));
-        const ModelProfile p = profile_gpt(*find_model(name), {.batch = 2, .attention = attention, .recompute = recompute});
-        const std::int64_t states = p.memory.params_bytes + p.memory.grads_bytes + p.memory.optimizer_bytes;
+        const ModelProfile p = profile_gpt(
+            *find_model(name), {.batch = 2, .attention = attention, .recompute = recompute});
+        const std::int64_t states =
+            p.memory.params_bytes + p.memory.grads_bytes + p.memory.optimizer_bytes;
         REQUIRE(p.memory.peak_bytes >= states);
         REQUIRE(p.memory.peak_bytes == p.memory.peak.total());
         REQUIRE(p.timeline.back().phase == Phase::optimizer);
@@ -60,13 +66,14 @@ TEST_CASE("GPT step: the peak covers the model states; everything is freed by th
   }
 }
 
-TEST_CASE("full recomputation lowers the peak where activations dominate, and adds the block forwards",
-          "[profile][schedule]") {
+TEST_CASE(
+    "full recomputation lowers the peak where activations dominate, and adds the block forwards",
+    "[profile][schedule]") {
   const GptConfig c = *find_model("gpt2-124m");
   const ModelProfile none = profile_gpt(c, {.batch = 8});
   const ModelProfile full = profile_gpt(c, {.batch = 8, .recompute = Recompute::full});
-  REQUIRE(none.memory.activation_bytes > 2 * (none.memory.params_bytes + none.memory.grads_bytes +
-                                                none.memory.optimizer_bytes));
+  REQUIRE(none.memory.activation_bytes >
+          2 * (none.memory.params_bytes + none.memory.grads_bytes + none.memory.optimizer_bytes));
   REQUIRE(full.memory.peak_bytes < none.memory.peak_bytes);
   REQUIRE(full.memory.activation_bytes < none.memory.activation_bytes);
   std::int64_t block_forward = 0;
@@ -83,7 +90,8 @@ TEST_CASE("full recomputation lowers the peak where activations dominate, and ad
   REQUIRE(max_saved <= full.memory.activation_bytes + none.memory.activation_bytes_per_layer);
 }
 
-TEST_CASE("per-layer entries: names, parameters and FLOPs add up to the totals", "[profile][schedule]") {
+TEST_CASE("per-layer entries: names, parameters and FLOPs add up to the totals",
+          "[profile][schedule]") {
   const GptConfig c = *find_model("gpt2-124m");
   const ModelProfile p = profile_gpt(c, {});
   REQUIRE(p.layers.size() == 12 + 4);

@@ -81,10 +81,10 @@ TEST_CASE("The element mapping: words of one block, seed and stream in key and c
   const RngStream s{.seed = 0x0123456789abcdefull, .id = 0xfedcba9876543210ull};
   // Element 4·b + w is word w of the block with counter (b, 0, id lo, id hi) and key (seed lo, hi).
   for (std::uint64_t b : {0ull, 1ull, 77ull, (1ull << 33) + 5}) {
-    const PhiloxCounter expected = philox4x32<10>(
-        {static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(b >> 32), 0x76543210u,
-         0xfedcba98u},
-        {0x89abcdefu, 0x01234567u});
+    const PhiloxCounter expected =
+        philox4x32<10>({static_cast<std::uint32_t>(b), static_cast<std::uint32_t>(b >> 32),
+                        0x76543210u, 0xfedcba98u},
+                       {0x89abcdefu, 0x01234567u});
     for (std::uint32_t w = 0; w < 4; ++w) {
       CHECK(rng::bits(s, static_cast<std::int64_t>(4 * b + w)) == expected[w]);
     }
@@ -104,7 +104,8 @@ TEST_CASE("Any shard regenerates the values of the same global indices", "[rng]"
   const Index global{4, 6, 10};
   const RngStream s{.seed = 42, .id = stream_id(RngPurpose::test, 1, 0)};
   std::vector<float> whole(4 * 6 * 10);
-  for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = rng::normal(s, static_cast<std::int64_t>(i));
+  for (std::size_t i = 0; i < whole.size(); ++i)
+    whole[i] = rng::normal(s, static_cast<std::int64_t>(i));
 
   std::int64_t checked = 0, wrong = 0;
   auto check_box = [&](const Index& offset, const Index& local) {
@@ -132,15 +133,16 @@ TEST_CASE("Any shard regenerates the values of the same global indices", "[rng]"
   CHECK(wrong == 0);
 
   // The placement is validated.
-  CHECK_THROWS_AS(for_each_global_index({.global_extents = global, .offset = {3, 0, 0}}, Index{2, 6, 10},
-                                        [](std::int64_t, std::int64_t) {}),
+  CHECK_THROWS_AS(for_each_global_index({.global_extents = global, .offset = {3, 0, 0}},
+                                        Index{2, 6, 10}, [](std::int64_t, std::int64_t) {}),
                   Error);
 }
 
 // Tolerances: with n samples, a sample mean has standard error sigma/sqrt(n), a sample variance
-// sqrt((mu4 - sigma^4)/n), skewness sqrt(6/n), excess kurtosis sqrt(24/n). The seeds are fixed, so the
-// checks are deterministic; 5 standard errors keeps a correct generator passing for any seed with
-// probability > 1 - 6e-7 per check, and a wrong transform (e.g. a bad scale) fails by far more.
+// sqrt((mu4 - sigma^4)/n), skewness sqrt(6/n), excess kurtosis sqrt(24/n). The seeds are fixed, so
+// the checks are deterministic; 5 standard errors keeps a correct generator passing for any seed
+// with probability > 1 - 6e-7 per check, and a wrong transform (e.g. a bad scale) fails by far
+// more.
 TEST_CASE("Uniform, normal and keep-mask moments", "[rng]") {
   constexpr std::int64_t n = 1 << 20;
   const double root_n = std::sqrt(static_cast<double>(n));
@@ -149,7 +151,8 @@ TEST_CASE("Uniform, normal and keep-mask moments", "[rng]") {
   SECTION("uniform in [0, 1): mean 1/2, variance 1/12, flat over 64 bins") {
     std::vector<std::int64_t> bins(64, 0);
     float lo = 1, hi = 0;
-    const Moments m = moments(n, [&](std::int64_t i) { return static_cast<double>(rng::uniform(s, i)); });
+    const Moments m =
+        moments(n, [&](std::int64_t i) { return static_cast<double>(rng::uniform(s, i)); });
     for (std::int64_t i = 0; i < n; ++i) {
       const float u = rng::uniform(s, i);
       lo = std::min(lo, u);
@@ -163,22 +166,26 @@ TEST_CASE("Uniform, normal and keep-mask moments", "[rng]") {
     // Chi-square with 63 degrees of freedom: mean 63, sd sqrt(126) = 11.2; 5 sd above is 119.
     const double expected = static_cast<double>(n) / 64;
     double chi2 = 0;
-    for (std::int64_t b : bins) chi2 += (static_cast<double>(b) - expected) * (static_cast<double>(b) - expected) / expected;
+    for (std::int64_t b : bins)
+      chi2 += (static_cast<double>(b) - expected) * (static_cast<double>(b) - expected) / expected;
     CHECK(chi2 <= 63 + 5 * std::sqrt(126.0));
   }
   SECTION("normal: mean 0, variance 1, skewness 0, excess kurtosis 0") {
-    const Moments m = moments(n, [&](std::int64_t i) { return static_cast<double>(rng::normal(s, i)); });
+    const Moments m =
+        moments(n, [&](std::int64_t i) { return static_cast<double>(rng::normal(s, i)); });
     CHECK(std::fabs(m.mean) <= 5 / root_n);
     CHECK(std::fabs(m.variance - 1) <= 5 * std::sqrt(2.0) / root_n);
     CHECK(std::fabs(m.skewness) <= 5 * std::sqrt(6.0) / root_n);
     CHECK(std::fabs(m.excess_kurtosis) <= 5 * std::sqrt(24.0) / root_n);
     // Pairs from one Box-Muller block are uncorrelated: E[z_2i z_2i+1] = 0 with sd 1/sqrt(n/2).
     double cross = 0;
-    for (std::int64_t i = 0; i < n; i += 2) cross += static_cast<double>(rng::normal(s, i)) * rng::normal(s, i + 1);
+    for (std::int64_t i = 0; i < n; i += 2)
+      cross += static_cast<double>(rng::normal(s, i)) * rng::normal(s, i + 1);
     CHECK(std::fabs(cross / (n / 2)) <= 5 / std::sqrt(n / 2.0));
   }
   SECTION("init_normal has the GPT-2 standard deviation 0.02") {
-    const Moments m = moments(n, [&](std::int64_t i) { return static_cast<double>(rng::init_normal(s, i)); });
+    const Moments m =
+        moments(n, [&](std::int64_t i) { return static_cast<double>(rng::init_normal(s, i)); });
     CHECK(std::fabs(std::sqrt(m.variance) - 0.02) <= 0.02 * 5 / std::sqrt(2.0 * n));
   }
   SECTION("keep masks keep a fraction 1 - p") {

@@ -1,12 +1,13 @@
-// The Megatron layer as a check: one GPT block under the strategies of Megatron-LM's tensor-parallel
-// plan (Shoeybi et al. 2019; Korthikanti et al. 2022, arXiv 2205.05198) must give the published
-// per-layer activation bytes and exactly the published collectives. Every strategy used is looked up
-// in enumerate_strategies, so the check also shows the enumeration contains Megatron's plan.
-#include <catch2/catch.hpp>
+// The Megatron layer as a check: one GPT block under the strategies of Megatron-LM's
+// tensor-parallel plan (Shoeybi et al. 2019; Korthikanti et al. 2022, arXiv 2205.05198) must give
+// the published per-layer activation bytes and exactly the published collectives. Every strategy
+// used is looked up in enumerate_strategies, so the check also shows the enumeration contains
+// Megatron's plan.
 #include <carto/cost.hpp>
 #include <carto/layers.hpp>
 #include <carto/search.hpp>
 #include <carto/spec.hpp>
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
@@ -27,11 +28,12 @@ AxisList axes(std::initializer_list<const char*> names) {
 }
 
 // Megatron's plan for every op of a GPT graph, op k's strategy at index k. Batch dims go over `dp`
-// when the mesh has it. Inside a block: QKV and the first MLP linear column-parallel (weight split on
-// its output over tp), the attention einsums and softmax/dropout split by heads, the projection and
-// the second MLP linear row-parallel (weight split on its input); every other op takes its input as
-// produced, without Partial axes (the all-reduce after a row-parallel linear); with sequence
-// parallelism those (B, S, H) tensors are split along the sequence over tp instead of replicated.
+// when the mesh has it. Inside a block: QKV and the first MLP linear column-parallel (weight split
+// on its output over tp), the attention einsums and softmax/dropout split by heads, the projection
+// and the second MLP linear row-parallel (weight split on its input); every other op takes its
+// input as produced, without Partial axes (the all-reduce after a row-parallel linear); with
+// sequence parallelism those (B, S, H) tensors are split along the sequence over tp instead of
+// replicated.
 std::vector<Strategy> megatron_plan(const Graph& g, const DeviceMesh& mesh, std::int64_t hidden,
                                     SequenceParallel sp) {
   const AxisList batch = mesh.find(AxisName("dp")) ? axes({"dp"}) : AxisList{};
@@ -67,16 +69,19 @@ std::vector<Strategy> megatron_plan(const Graph& g, const DeviceMesh& mesh, std:
       ShardingSpec x = without_partial(stored[op.inputs[0].index()]);
       const TensorShape& xs = g.tensor(op.inputs[0]).shape;
       const bool hidden_tensor = xs.rank() == 3 && xs.dims()[2].extent == hidden;
-      if (sp == SequenceParallel::on && hidden_tensor && x.dims()[1].empty() && x.dims()[2].empty()) {
+      if (sp == SequenceParallel::on && hidden_tensor && x.dims()[1].empty() &&
+          x.dims()[2].empty()) {
         x = spec({batch, tp, {}});
       }
       want = {x};
     }
-    const std::vector<Strategy> all = enumerate_strategies(g, id, mesh, {.layernorm_stats = LayerNormStats::ignored});
+    const std::vector<Strategy> all =
+        enumerate_strategies(g, id, mesh, {.layernorm_stats = LayerNormStats::ignored});
     const Strategy* chosen = nullptr;
     for (const Strategy& s : all) {
       bool match = true;
-      for (std::size_t i = 0; match && i < want.size(); ++i) match = s.sharding.inputs[i] == want[i];
+      for (std::size_t i = 0; match && i < want.size(); ++i)
+        match = s.sharding.inputs[i] == want[i];
       if (match && s.sharding.variant == OpVariant::plain) {
         chosen = &s;
         break;
@@ -113,8 +118,10 @@ Counted count(const GroupCost& grp, CommRole role, Phase phase, Collective kind)
   return c;
 }
 
-AssignmentCost evaluate_block(const Model& m, std::int64_t t, SequenceParallel sp, std::int64_t dp = 1) {
-  const GptConfig config{.name = "check", .layers = 1, .hidden = m.h, .heads = m.a, .vocab = 512, .seq = m.s};
+AssignmentCost evaluate_block(const Model& m, std::int64_t t, SequenceParallel sp,
+                              std::int64_t dp = 1) {
+  const GptConfig config{
+      .name = "check", .layers = 1, .hidden = m.h, .heads = m.a, .vocab = 512, .seq = m.s};
   const Graph g = build_gpt(config, {.batch = m.b,
                                      .precision = Precision::mixed_bf16,
                                      .attention = AttentionKind::materialized,
@@ -130,14 +137,15 @@ constexpr Model kModels[] = {{.s = 64, .b = 2, .h = 64, .a = 8},
 
 }  // namespace
 
-TEST_CASE("Megatron tensor parallelism: activation bytes and two all-reduces each way", "[search][megatron]") {
+TEST_CASE("Megatron tensor parallelism: activation bytes and two all-reduces each way",
+          "[search][megatron]") {
   for (const Model& m : kModels) {
     for (const std::int64_t t : {1, 2, 4, 8}) {
       INFO("s " << m.s << " b " << m.b << " h " << m.h << " a " << m.a << " t " << t);
       const GroupCost grp = block(evaluate_block(m, t, SequenceParallel::off));
       const std::int64_t sbh = m.s * m.b * m.h;
-      // Korthikanti et al. 2022, Table 2 (tensor parallel): s b h (10 + 24/t + 5 a s / (h t)) bytes,
-      // 16-bit values, 1-byte dropout masks, layernorm statistics ignored.
+      // Korthikanti et al. 2022, Table 2 (tensor parallel): s b h (10 + 24/t + 5 a s / (h t))
+      // bytes, 16-bit values, 1-byte dropout masks, layernorm statistics ignored.
       REQUIRE(grp.saved_bytes == 10 * sbh + 24 * sbh / t + 5 * m.a * m.s * m.s * m.b / t);
       if (t == 1) {
         REQUIRE(grp.collectives.empty());
@@ -157,18 +165,20 @@ TEST_CASE("Megatron tensor parallelism: activation bytes and two all-reduces eac
   }
 }
 
-TEST_CASE("Megatron tensor + sequence parallelism: activation bytes, all-gathers and reduce-scatters",
-          "[search][megatron]") {
+TEST_CASE(
+    "Megatron tensor + sequence parallelism: activation bytes, all-gathers and reduce-scatters",
+    "[search][megatron]") {
   for (const Model& m : kModels) {
     for (const std::int64_t t : {1, 2, 4, 8}) {
       INFO("s " << m.s << " b " << m.b << " h " << m.h << " a " << m.a << " t " << t);
       const GroupCost grp = block(evaluate_block(m, t, SequenceParallel::on));
       const std::int64_t sbh = m.s * m.b * m.h;
-      // Korthikanti et al. 2022, Table 2 (tensor + sequence parallel): s b h (34/t + 5 a s / (h t)).
+      // Korthikanti et al. 2022, Table 2 (tensor + sequence parallel): s b h (34/t + 5 a s / (h
+      // t)).
       REQUIRE(grp.saved_bytes == 34 * sbh / t + 5 * m.a * m.s * m.s * m.b / t);
       if (t == 1) continue;
-      // Korthikanti et al. 2022 §4.2.2, Fig. 5: g is an all-gather in forward and a reduce-scatter in
-      // backward, ḡ the reverse; two of each per layer and direction, each over s·b·h values
+      // Korthikanti et al. 2022 §4.2.2, Fig. 5: g is an all-gather in forward and a reduce-scatter
+      // in backward, ḡ the reverse; two of each per layer and direction, each over s·b·h values
       // (nccl-tests' S: the gathered output, the full reduce-scatter input: 2sbh bytes).
       for (const Phase phase : {Phase::forward, Phase::backward}) {
         const Counted ag = count(grp, CommRole::reshard, phase, Collective::all_gather);
@@ -179,16 +189,18 @@ TEST_CASE("Megatron tensor + sequence parallelism: activation bytes, all-gathers
         REQUIRE(rs.bytes == 2 * sbh);
         REQUIRE(count(grp, CommRole::reshard, phase, Collective::all_reduce).count == 0);
       }
-      // The column-parallel linears keep their input split along the sequence and gather it again in
-      // backward (Megatron-LM megatron/core/tensor_parallel/layers.py,
+      // The column-parallel linears keep their input split along the sequence and gather it again
+      // in backward (Megatron-LM megatron/core/tensor_parallel/layers.py,
       // LinearWithGradAccumulationAndAsyncCommunication; Korthikanti et al. §4.2.2).
-      const Counted regather = count(grp, CommRole::regather, Phase::backward, Collective::all_gather);
+      const Counted regather =
+          count(grp, CommRole::regather, Phase::backward, Collective::all_gather);
       REQUIRE(regather.count == 2);
       REQUIRE(regather.bytes == 2 * sbh);
-      // Parameters that see sequence-split inputs (both layernorms' gamma and beta, the row-parallel
-      // biases) get Partial(tp) gradients, all-reduced over tp as Megatron-LM does for its
-      // sequence-parallel parameters (megatron/core/distributed/finalize_model_grads.py).
-      const Counted sync = count(grp, CommRole::gradient_sync, Phase::backward, Collective::all_reduce);
+      // Parameters that see sequence-split inputs (both layernorms' gamma and beta, the
+      // row-parallel biases) get Partial(tp) gradients, all-reduced over tp as Megatron-LM does for
+      // its sequence-parallel parameters (megatron/core/distributed/finalize_model_grads.py).
+      const Counted sync =
+          count(grp, CommRole::gradient_sync, Phase::backward, Collective::all_reduce);
       REQUIRE(sync.count == 6);
       REQUIRE(sync.bytes == 2 * m.h);
       REQUIRE(grp.collectives.size() == 8 + 2 + 6);
@@ -196,8 +208,9 @@ TEST_CASE("Megatron tensor + sequence parallelism: activation bytes, all-gathers
   }
 }
 
-TEST_CASE("Megatron with data parallelism: activations per local batch, gradients all-reduced over dp",
-          "[search][megatron]") {
+TEST_CASE(
+    "Megatron with data parallelism: activations per local batch, gradients all-reduced over dp",
+    "[search][megatron]") {
   const Model m{.s = 64, .b = 4, .h = 64, .a = 8};
   const std::int64_t t = 4;
   const std::int64_t dp = 2;
@@ -209,8 +222,8 @@ TEST_CASE("Megatron with data parallelism: activations per local batch, gradient
   // local parameters: QKV (h·3h + 3h)/t, projection h·h/t + h, MLP (h·4h + 4h)/t + 4h·h/t + h, two
   // layernorms 2h each; bf16.
   const std::int64_t h = m.h;
-  const std::int64_t local_params = (3 * h * h + 3 * h) / t + h * h / t + h + (4 * h * h + 4 * h) / t +
-                                    4 * h * h / t + h + 4 * h;
+  const std::int64_t local_params =
+      (3 * h * h + 3 * h) / t + h * h / t + h + (4 * h * h + 4 * h) / t + 4 * h * h / t + h + 4 * h;
   std::int64_t synced = 0;
   int syncs = 0;
   for (const CommEvent& e : grp.collectives) {

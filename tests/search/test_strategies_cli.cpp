@@ -1,6 +1,6 @@
 // carto-plan strategies as a user runs it: the JSON report of one GPT-3 175B block on an 8x8 mesh
-// against the enumeration it prints (the closed-form count of einsum strategies), and one error line
-// with exit code 2 for bad input. The binary's path comes from CMake (CARTO_PLAN_PATH).
+// against the enumeration it prints (the closed-form count of einsum strategies), and one error
+// line with exit code 2 for bad input. The binary's path comes from CMake (CARTO_PLAN_PATH).
 #include <carto/util/json.hpp>
 #include <catch2/catch.hpp>
 #include <string>
@@ -29,8 +29,8 @@ TEST_CASE("carto-plan strategies --json: one block of GPT-3 175B on 8x8", "[tool
   const Json j = Json::parse(r.output);
   REQUIRE(j.at("devices").as_int() == 64);
   const Json::Array& ops = j.at("ops").as_array();
-  // A pre-LN block with materialized attention and dropout: 24 ops (2 layernorms, 6 einsums, 4 biases,
-  // 4 views, scale, softmax, 3 dropouts, GELU, 2 adds).
+  // A pre-LN block with materialized attention and dropout: 24 ops (2 layernorms, 6 einsums, 4
+  // biases, 4 views, scale, softmax, 3 dropouts, GELU, 2 adds).
   REQUIRE(ops.size() == 24);
   std::int64_t total = 0;
   for (const Json& op : ops) {
@@ -41,21 +41,24 @@ TEST_CASE("carto-plan strategies --json: one block of GPT-3 175B on 8x8", "[tool
     if (op.at("kind").as_string() != "view") REQUIRE(best[0].at("time_s").as_double() > 0.0);
     if (op.at("kind").as_string() != "einsum") continue;
     // Batch 1: letter b cannot be split. The linears have 4 letters, 3 of them splittable
-    // (s 2048, i and o multiples of 64); with m = 2 axes of 8: Σ_k C(2,k)·L(L+1)…: 1 + 2·3 + 3·4 = 19.
-    // The attention einsums have 5 letters, 4 splittable (heads 96, queries, keys, head_dim 128):
-    // 1 + 2·4 + 4·5 = 29, less the 2 orders of both axes on the heads (96 is no multiple of 64): 27.
+    // (s 2048, i and o multiples of 64); with m = 2 axes of 8: Σ_k C(2,k)·L(L+1)…: 1 + 2·3 + 3·4
+    // = 19. The attention einsums have 5 letters, 4 splittable (heads 96, queries, keys, head_dim
+    // 128): 1 + 2·4 + 4·5 = 29, less the 2 orders of both axes on the heads (96 is no multiple of
+    // 64): 27.
     const std::string text = op.at("einsum").as_string();
     REQUIRE(op.at("strategies").as_int() == (text.size() == 11 ? 19 : 27));
   }
   REQUIRE(total == j.at("total_strategies").as_int());
 }
 
-TEST_CASE("carto-plan strategies: the table, and one error line with exit code 2", "[tools][search]") {
+TEST_CASE("carto-plan strategies: the table, and one error line with exit code 2",
+          "[tools][search]") {
   const Run ok = run("strategies --model gpt3-175b --mesh dp=8,tp=8 --hardware h200 --top 1");
   REQUIRE(ok.code == 0);
   REQUIRE(ok.output.find("h200x8") != std::string::npos);
   for (const char* bad : {"strategies --model nope --mesh 8x8", "strategies --model gpt3-175b",
-                          "strategies --model gpt3-175b --mesh 8x0", "strategies --model gpt3-175b --mesh 8x8 --top 0",
+                          "strategies --model gpt3-175b --mesh 8x0",
+                          "strategies --model gpt3-175b --mesh 8x8 --top 0",
                           "strategies --model gpt3-175b --mesh 8x8 --hardware tpu",
                           "strategies --model gpt3-175b --mesh 8x8 --bogus"}) {
     INFO(bad);

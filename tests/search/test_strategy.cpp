@@ -1,12 +1,12 @@
-// Strategy enumeration per op kind, checked against independent references: the closed-form count of
-// axis-to-letter assignments, brute force over every pair of operand specs, the defining equation of
-// sharded cost (per-device FLOPs × split factors = global FLOPs, STYLE.md 11), and the α-β formulas
-// written out by hand.
-#include <catch2/catch.hpp>
+// Strategy enumeration per op kind, checked against independent references: the closed-form count
+// of axis-to-letter assignments, brute force over every pair of operand specs, the defining
+// equation of sharded cost (per-device FLOPs × split factors = global FLOPs, STYLE.md 11), and the
+// α-β formulas written out by hand.
 #include <carto/cost.hpp>
 #include <carto/layers.hpp>
 #include <carto/search.hpp>
 #include <carto/spec.hpp>
+#include <catch2/catch.hpp>
 #include <set>
 #include <string>
 
@@ -49,7 +49,8 @@ std::string key(const OpSharding& s) {
 const Strategy& find(const std::vector<Strategy>& all, const std::vector<std::string>& inputs) {
   for (const Strategy& s : all) {
     bool same = s.sharding.inputs.size() == inputs.size();
-    for (std::size_t i = 0; same && i < inputs.size(); ++i) same = to_string(s.sharding.inputs[i]) == inputs[i];
+    for (std::size_t i = 0; same && i < inputs.size(); ++i)
+      same = to_string(s.sharding.inputs[i]) == inputs[i];
     if (same) return s;
   }
   FAIL("no strategy with those input specs");
@@ -58,7 +59,8 @@ const Strategy& find(const std::vector<Strategy>& all, const std::vector<std::st
 
 }  // namespace
 
-TEST_CASE("einsum strategies: the closed-form count on 1-D, 2-D and 3-D meshes", "[search][strategy]") {
+TEST_CASE("einsum strategies: the closed-form count on 1-D, 2-D and 3-D meshes",
+          "[search][strategy]") {
   Matmul m(8, 8, 8, 8);  // every extent divisible by every product of axis sizes below
   const DeviceMesh meshes[] = {DeviceMesh{{"x", 2}}, DeviceMesh{{"dp", 2}, {"tp", 4}},
                                DeviceMesh{{"x", 2}, {"y", 2}, {"z", 2}}};
@@ -78,10 +80,13 @@ TEST_CASE("einsum strategies: the closed-form count on 1-D, 2-D and 3-D meshes",
   REQUIRE(enumerate_strategies(g, OpId{0}, mesh).size() == 1 + 3 * 5 + 3 * 5 * 6 + 5 * 6 * 7);
 }
 
-TEST_CASE("einsum strategies equal brute force over every pair of operand specs", "[search][strategy]") {
-  // Uneven extents on purpose (b = 2, o = 6 with a 4-way axis): splits that do not divide are skipped.
+TEST_CASE("einsum strategies equal brute force over every pair of operand specs",
+          "[search][strategy]") {
+  // Uneven extents on purpose (b = 2, o = 6 with a 4-way axis): splits that do not divide are
+  // skipped.
   Matmul m(2, 4, 8, 6);
-  for (const DeviceMesh& mesh : {DeviceMesh{{"dp", 2}, {"tp", 4}}, DeviceMesh{{"x", 2}, {"y", 2}, {"z", 2}}}) {
+  for (const DeviceMesh& mesh :
+       {DeviceMesh{{"dp", 2}, {"tp", 4}}, DeviceMesh{{"x", 2}, {"y", 2}, {"z", 2}}}) {
     INFO(mesh);
     std::set<std::string> brute;
     for (const ShardingSpec& sx : enumerate_specs(m.g.tensor(m.x).shape, mesh)) {
@@ -101,8 +106,9 @@ TEST_CASE("einsum strategies equal brute force over every pair of operand specs"
   }
 }
 
-TEST_CASE("einsum strategies: exact division of FLOPs, gradient specs, the data-parallel all-reduce",
-          "[search][strategy]") {
+TEST_CASE(
+    "einsum strategies: exact division of FLOPs, gradient specs, the data-parallel all-reduce",
+    "[search][strategy]") {
   Matmul m(4, 8, 16, 32);
   const DeviceMesh mesh{{"dp", 2}, {"tp", 4}};
   const OpCost global = op_cost(m.g, m.op);
@@ -139,7 +145,8 @@ TEST_CASE("einsum strategies: exact division of FLOPs, gradient specs, the data-
   REQUIRE(to_string(row.sharding.output) == "R,R,R|P(tp)");
   REQUIRE(to_string(row.gradients[0]) == "R,R,S(tp)");
   REQUIRE(row.gradient_sync.empty());
-  // Memory: parameters, gradients and mixed-precision AdamW states (12 bytes per element, ZeRO §3.1).
+  // Memory: parameters, gradients and mixed-precision AdamW states (12 bytes per element, ZeRO
+  // §3.1).
   REQUIRE(row.memory.parameters == 16 * 32 / 4 * 2);
   REQUIRE(row.memory.gradients == 16 * 32 / 4 * 2);
   REQUIRE(row.memory.optimizer == 16 * 32 / 4 * 12);
@@ -154,11 +161,11 @@ TEST_CASE("elementwise, reduction and layernorm strategies", "[search][strategy]
   const TensorId x = g.input({{"b", 4}, {"s", 8}, {"h", 16}}, DType::bf16);
   const TensorId gamma = g.parameter({{"h", 16}}, DType::bf16);
   const TensorId beta = g.parameter({{"h", 16}}, DType::bf16);
-  (void)g.gelu(x);                           // op 0
-  (void)g.add(x, x);                         // op 1
-  (void)g.softmax(x, 2, Masking::none);      // op 2
-  (void)g.layernorm(x, gamma, beta, 2);      // op 3
-  (void)g.bias(x, gamma);                    // op 4
+  (void)g.gelu(x);                       // op 0
+  (void)g.add(x, x);                     // op 1
+  (void)g.softmax(x, 2, Masking::none);  // op 2
+  (void)g.layernorm(x, gamma, beta, 2);  // op 3
+  (void)g.bias(x, gamma);                // op 4
   const DeviceMesh mesh{{"dp", 2}, {"tp", 2}};
   const TensorShape& xs = g.tensor(x).shape;
   const auto plain = enumerate_specs(xs, mesh);
@@ -226,7 +233,8 @@ TEST_CASE("fused attention: batch, heads, and the query sequence with K and V ga
   const OpCost global = op_cost(g, OpId{0});
   const auto all = enumerate_strategies(g, OpId{0}, mesh);
   std::size_t head_dim_unsplit = 0;
-  for (const ShardingSpec& s : enumerate_specs(g.tensor(q).shape, mesh)) head_dim_unsplit += s.dims()[3].empty() ? 1 : 0;
+  for (const ShardingSpec& s : enumerate_specs(g.tensor(q).shape, mesh))
+    head_dim_unsplit += s.dims()[3].empty() ? 1 : 0;
   REQUIRE(all.size() == head_dim_unsplit);
   for (const Strategy& s : all) {
     INFO(to_string(s));
@@ -258,16 +266,17 @@ TEST_CASE("embedding and cross-entropy: vocab-parallel and token splits", "[sear
   const std::int64_t B = 4, S = 8, V = 64, H = 16;
   const TensorId ids = g.input({{"batch", B}, {"seq", S}}, DType::fp32, TensorKind::index);
   const TensorId table = g.parameter({{"vocab", V}, {"hidden", H}}, DType::bf16);
-  const TensorId e = g.gather(table, ids);                              // op 0
-  const TensorId logits = g.einsum("bsh,vh->bsv", e, table);            // op 1
-  (void)g.softmax_cross_entropy(logits, ids);                           // op 2
+  const TensorId e = g.gather(table, ids);                    // op 0
+  const TensorId logits = g.einsum("bsh,vh->bsv", e, table);  // op 1
+  (void)g.softmax_cross_entropy(logits, ids);                 // op 2
   const DeviceMesh mesh{{"dp", 2}, {"tp", 4}};
 
   const auto gather = enumerate_strategies(g, OpId{0}, mesh);
   const Strategy& vocab = find(gather, {"S(tp),R", "S(dp),R"});
   REQUIRE(to_string(vocab.sharding.output) == "S(dp),R,R|P(tp)");
   REQUIRE(to_string(vocab.gradients[0]) == "S(tp),R|P(dp)");
-  for (const Strategy& s : gather) REQUIRE_FALSE(detail::shares_axis(s.sharding.inputs[0], s.sharding.inputs[1]));
+  for (const Strategy& s : gather)
+    REQUIRE_FALSE(detail::shares_axis(s.sharding.inputs[0], s.sharding.inputs[1]));
 
   const auto ce = enumerate_strategies(g, OpId{2}, mesh);
   REQUIRE(ce.size() == enumerate_specs(g.tensor(logits).shape, mesh).size());
@@ -284,7 +293,8 @@ TEST_CASE("embedding and cross-entropy: vocab-parallel and token splits", "[sear
   REQUIRE(find(ce, {"S(dp),S(tp),R", "S(dp),S(tp)"}).forward.empty());
 }
 
-TEST_CASE("views keep or move a split; a hidden split becomes a heads split", "[search][strategy]") {
+TEST_CASE("views keep or move a split; a hidden split becomes a heads split",
+          "[search][strategy]") {
   Graph g;
   const TensorId x = g.input({{"b", 2}, {"s", 8}, {"f", 3 * 16}}, DType::bf16);
   const TensorId q = g.split_heads(x, 3, 0, 4);  // op 0: (2, 4, 8, 4)
@@ -298,7 +308,8 @@ TEST_CASE("views keep or move a split; a hidden split becomes a heads split", "[
   for (const Strategy& s : merge) REQUIRE(s.sharding.inputs[0].dims()[3].empty());
   // Views move no data: the output is split over as many devices as the input.
   for (const Strategy& s : split) {
-    REQUIRE(num_distinct_slices(s.sharding.inputs[0], mesh) == num_distinct_slices(s.sharding.output, mesh));
+    REQUIRE(num_distinct_slices(s.sharding.inputs[0], mesh) ==
+            num_distinct_slices(s.sharding.output, mesh));
   }
 }
 
@@ -329,8 +340,8 @@ TEST_CASE("evaluate_assignment on one device equals the unsharded profile, group
   // one-device mesh, the saved bytes and FLOPs per group must be the profiler's, and nothing moves.
   for (const AttentionKind kind : {AttentionKind::materialized, AttentionKind::fused}) {
     const ProfileOptions options{.batch = 2, .attention = kind};
-    const Graph g = build_gpt({.name = "small", .layers = 2, .hidden = 64, .heads = 4, .vocab = 96, .seq = 32},
-                              options);
+    const Graph g = build_gpt(
+        {.name = "small", .layers = 2, .hidden = 64, .heads = 4, .vocab = 96, .seq = 32}, options);
     const DeviceMesh mesh{{"x", 1}};
     std::vector<OpSharding> shardings;
     for (std::size_t k = 0; k < g.num_ops(); ++k) {
@@ -352,7 +363,8 @@ TEST_CASE("evaluate_assignment on one device equals the unsharded profile, group
   }
 }
 
-TEST_CASE("op_cost: the communicating variants are named, never accepted by accident", "[search][op]") {
+TEST_CASE("op_cost: the communicating variants are named, never accepted by accident",
+          "[search][op]") {
   Graph g;
   const TensorId x = g.input({{"b", 4}, {"s", 8}, {"h", 16}}, DType::bf16);
   const TensorId gamma = g.parameter({{"h", 16}}, DType::bf16);
@@ -367,7 +379,8 @@ TEST_CASE("op_cost: the communicating variants are named, never accepted by acci
   REQUIRE_THROWS_WITH(op_cost(g, OpId{0}, {.inputs = {hs, p, p}, .output = hs}, mesh),
                       Catch::Contains("OpVariant::distributed_statistics"));
   const OpCost ln = op_cost(
-      g, OpId{0}, {.inputs = {hs, p, p}, .output = hs, .variant = OpVariant::distributed_statistics}, mesh);
+      g, OpId{0},
+      {.inputs = {hs, p, p}, .output = hs, .variant = OpVariant::distributed_statistics}, mesh);
   REQUIRE(ln.flops_forward * 4 == op_cost(g, OpId{0}).flops_forward);
   REQUIRE_THROWS_WITH(op_cost(g, OpId{0},
                               {.inputs = {hs, ShardingSpec::replicated(1), p},
@@ -379,10 +392,12 @@ TEST_CASE("op_cost: the communicating variants are named, never accepted by acci
   REQUIRE_THROWS_WITH(op_cost(g, OpId{1}, {.inputs = {seq, seq, seq}, .output = seq}, mesh),
                       Catch::Contains("OpVariant::gathered_kv"));
   const OpCost fa =
-      op_cost(g, OpId{1}, {.inputs = {seq, seq, seq}, .output = seq, .variant = OpVariant::gathered_kv}, mesh);
+      op_cost(g, OpId{1},
+              {.inputs = {seq, seq, seq}, .output = seq, .variant = OpVariant::gathered_kv}, mesh);
   REQUIRE(fa.flops_forward * 4 == op_cost(g, OpId{1}).flops_forward);
   REQUIRE(fa.temp_bytes == 4 * (2 * 4 * 8 * 4 * 2));  // gathered K, V and full dK, dV, bf16
   const ShardingSpec r = ShardingSpec::replicated(3);
-  REQUIRE_THROWS_WITH(op_cost(g, OpId{2}, {.inputs = {r}, .output = r, .variant = OpVariant::gathered_kv}, mesh),
-                      Catch::Contains("layernorm and fused attention only"));
+  REQUIRE_THROWS_WITH(
+      op_cost(g, OpId{2}, {.inputs = {r}, .output = r, .variant = OpVariant::gathered_kv}, mesh),
+      Catch::Contains("layernorm and fused attention only"));
 }

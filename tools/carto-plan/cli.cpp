@@ -143,4 +143,17 @@ std::string flops(std::int64_t value) {
   return scaled(static_cast<double>(value), units, 7, 1000.0);
 }
 
+std::string seconds(double s) {
+  char buf[32];
+  if (s == 0) return "0";
+  if (s < 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.2f us", s * 1e6);
+  } else if (s < 1) {
+    std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.3f s", s);
+  }
+  return buf;
+}
+
 }  // namespace carto::cli

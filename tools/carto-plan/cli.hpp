@@ -61,5 +61,7 @@ std::string grouped(std::int64_t value);
 std::string bytes(std::int64_t value);
 // FLOPs in decimal units: "3.15 TFLOP".
 std::string flops(std::int64_t value);
+// A duration: "12.50 us", "3.125 ms", "1.500 s".
+std::string seconds(double s);
 
 }  // namespace carto::cli

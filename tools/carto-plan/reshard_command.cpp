@@ -33,19 +33,6 @@ std::vector<cli::FlagSpec> reshard_flags() {
   };
 }
 
-std::string seconds(double s) {
-  char buf[32];
-  if (s == 0) return "0";
-  if (s < 1e-3) {
-    std::snprintf(buf, sizeof buf, "%.2f us", s * 1e6);
-  } else if (s < 1) {
-    std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.3f s", s);
-  }
-  return buf;
-}
-
 std::string rate(double bytes_per_s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.0f GB/s", bytes_per_s / 1e9);
@@ -137,7 +124,7 @@ int reshard_command(const std::vector<std::string>& args, std::ostream& out) {
   for (std::size_t i = 0; i < mesh.num_axes(); ++i) {
     const LinkLevel& l = axis_link(mesh, i, hw);
     out << "  axis " << pad(std::string(mesh.axis(i).name.view()), 6) << " -> " << pad(l.name, 11)
-        << rate(l.bandwidth) << ", " << seconds(l.latency) << " per step\n";
+        << rate(l.bandwidth) << ", " << cli::seconds(l.latency) << " per step\n";
   }
   out << from << "  ->  " << to << "\n";
   if (plan.steps.empty()) out << "  (no steps: the specs are equal)\n";
@@ -148,9 +135,9 @@ int reshard_command(const std::vector<std::string>& args, std::ostream& out) {
     if (s.to_dim != kNoDim) where += " -> " + std::to_string(s.to_dim);
     out << "  " << k + 1 << ". " << pad(std::string(to_string_view(s.kind)), 15)
         << pad(std::string(s.axis.view()), 6) << pad(where, 12) << pad(cli::bytes(s.bytes), 12)
-        << pad(seconds(s.time_s), 12) << "-> " << s.after << "\n";
+        << pad(cli::seconds(s.time_s), 12) << "-> " << s.after << "\n";
   }
-  out << "time " << seconds(plan.time_s) << ", peak extra memory "
+  out << "time " << cli::seconds(plan.time_s) << ", peak extra memory "
       << cli::bytes(plan.extra_memory_bytes) << " per device\n";
   return 0;
 }

@@ -38,17 +38,6 @@ std::vector<cli::FlagSpec> strategies_flags() {
   };
 }
 
-std::string seconds(double s) {
-  char buf[32];
-  if (s == 0) return "0";
-  if (s < 1e-3) {
-    std::snprintf(buf, sizeof buf, "%.2f us", s * 1e6);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
-  }
-  return buf;
-}
-
 std::string einsum_text(const Einsum& e) {
   std::string t;
   for (std::size_t i = 0; i < e.inputs.size(); ++i) {
@@ -182,11 +171,12 @@ int strategies_command(const std::vector<std::string>& args, std::ostream& out) 
     for (std::size_t r = 0; r < shown; ++r) {
       j["best"].push_back(strategy_json(ranked[r]));
       const Strategy& s = *ranked[r].strategy;
-      table += detail::concat(
-          "    ", r + 1, ". ", to_string(s), "\n       time ", seconds(ranked[r].time.total_s()),
-          " (forward ", seconds(ranked[r].time.forward_s()), ", backward ",
-          seconds(ranked[r].time.backward_s()), "), comm ", cli::bytes(s.comm_bytes()), ", memory ",
-          cli::bytes(s.memory.total()), "\n");
+      table += detail::concat("    ", r + 1, ". ", to_string(s), "\n       time ",
+                              cli::seconds(ranked[r].time.total_s()), " (forward ",
+                              cli::seconds(ranked[r].time.forward_s()), ", backward ",
+                              cli::seconds(ranked[r].time.backward_s()), "), comm ",
+                              cli::bytes(s.comm_bytes()), ", memory ", cli::bytes(s.memory.total()),
+                              "\n");
     }
     ops.push_back(j);
   }

@@ -1,4 +1,5 @@
-// carto/graph/einsum.hpp — einsum index letters: "bsi,io->bso" means Y[b,s,o] = Σ_i X[b,s,i] W[i,o].
+// carto/graph/einsum.hpp — einsum index letters: "bsi,io->bso" means Y[b,s,o] = Σ_i X[b,s,i]
+// W[i,o].
 //
 // Design note (DESIGN.md §3): every operand dim of a contraction carries one index letter. A letter
 // that appears in the output is kept (its extent is the extent of every operand dim that carries
@@ -23,7 +24,7 @@ inline constexpr std::size_t kMaxEinsumInputs = 2;
 
 using IndexLetters = StaticVector<char, kMaxRank>;
 // Every distinct letter of an einsum, in order of first appearance (inputs, then output).
-using LetterSet = StaticVector<char, kMaxRank * (kMaxEinsumInputs + 1)>;
+using LetterSet = StaticVector<char, kMaxRank*(kMaxEinsumInputs + 1)>;
 
 constexpr bool contains(const IndexLetters& letters, char c) {
   for (char l : letters) {
@@ -88,7 +89,8 @@ struct Einsum {
  private:
   static constexpr IndexLetters letters_of(std::string_view text, std::string_view part) {
     if (part.empty()) {
-      detail::fail("carto: einsum '", text, "' has an empty operand; give each operand its letters");
+      detail::fail("carto: einsum '", text,
+                   "' has an empty operand; give each operand its letters");
     }
     if (part.size() > kMaxRank) {
       detail::fail("carto: einsum '", text, "': operand '", part, "' has ", part.size(),

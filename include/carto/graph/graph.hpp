@@ -1,12 +1,14 @@
-// carto/graph/graph.hpp — the op IR: tensors with shapes and dtypes, ops in execution order, groups.
+// carto/graph/graph.hpp — the op IR: tensors with shapes and dtypes, ops in execution order,
+// groups.
 //
 // Design note (DESIGN.md §3): a Graph is a list of ops in a valid execution order (each op's inputs
 // exist before it), so it is a DAG; the builders produce series-parallel graphs (chains plus
 // residual branches: a tensor may feed several ops, e.g. a block input feeds the layernorm and the
 // residual add). Every tensor has a TensorShape (named dims) and a DType; parameters are marked by
-// TensorKind::parameter, token ids by TensorKind::index (int32: 4 bytes per element, as carto::DType
-// has no integer types). A view (split/merge heads, transpose) moves no data: its output aliases the
-// storage of its input (TensorInfo::storage), which the memory schedule counts once.
+// TensorKind::parameter, token ids by TensorKind::index (int32: 4 bytes per element, as
+// carto::DType has no integer types). A view (split/merge heads, transpose) moves no data: its
+// output aliases the storage of its input (TensorInfo::storage), which the memory schedule counts
+// once.
 //
 // Op kinds: einsum (matmul, batched matmul), elementwise unary (gelu, dropout, scale) and binary
 // (add: equal shapes; bias: the second operand matches the trailing dims of the first and is
@@ -21,8 +23,8 @@
 // variable.
 #pragma once
 
-#include <cstddef>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -65,7 +67,9 @@ struct TensorInfo {
 constexpr std::int64_t element_bytes(const TensorInfo& t) {
   return t.kind == TensorKind::index ? 4 : size_bytes(t.dtype);
 }
-constexpr std::int64_t tensor_bytes(const TensorInfo& t) { return t.shape.numel() * element_bytes(t); }
+constexpr std::int64_t tensor_bytes(const TensorInfo& t) {
+  return t.shape.numel() * element_bytes(t);
+}
 
 enum class OpKind : std::uint8_t {
   einsum,
@@ -107,13 +111,13 @@ struct Op {
   OpKind kind = OpKind::view;
   StaticVector<TensorId, 3> inputs{};
   TensorId output{};
-  Einsum einsum{};                    // einsum only
-  std::size_t dim = 0;                // softmax, layernorm: the reduced dim
-  double probability = 0.0;           // dropout, fused_attention: the drop probability
-  double factor = 1.0;                // scale, fused_attention: the multiplier
-  Masking masking = Masking::none;    // softmax, fused_attention
+  Einsum einsum{};                      // einsum only
+  std::size_t dim = 0;                  // softmax, layernorm: the reduced dim
+  double probability = 0.0;             // dropout, fused_attention: the drop probability
+  double factor = 1.0;                  // scale, fused_attention: the multiplier
+  Masking masking = Masking::none;      // softmax, fused_attention
   ViewKind view = ViewKind::transpose;  // view only
-  std::int32_t group = -1;            // index of the enclosing OpGroup, or -1
+  std::int32_t group = -1;              // index of the enclosing OpGroup, or -1
 };
 
 enum class GroupKind : std::uint8_t { embedding, transformer_block, layer, head, loss };
@@ -124,11 +128,14 @@ inline constexpr std::size_t kMaxLayerName = 39;
 class LayerName {
  public:
   constexpr LayerName() = default;
-  constexpr LayerName(std::string_view text) { append(text); }  // NOLINT(google-explicit-constructor)
+  constexpr LayerName(std::string_view text) {
+    append(text);
+  }  // NOLINT(google-explicit-constructor)
   constexpr LayerName(const char* text) : LayerName(std::string_view(text)) {}  // NOLINT
   constexpr LayerName& append(std::string_view text) {
     if (size_ + text.size() > kMaxLayerName) {
-      detail::fail("carto: layer name '", view(), text, "' is longer than ", kMaxLayerName, " characters");
+      detail::fail("carto: layer name '", view(), text, "' is longer than ", kMaxLayerName,
+                   " characters");
     }
     for (char c : text) chars_[size_++] = c;
     return *this;
@@ -145,7 +152,9 @@ class LayerName {
     return *this;
   }
   [[nodiscard]] constexpr std::string_view view() const { return {chars_.data(), size_}; }
-  friend constexpr bool operator==(const LayerName& a, const LayerName& b) { return a.view() == b.view(); }
+  friend constexpr bool operator==(const LayerName& a, const LayerName& b) {
+    return a.view() == b.view();
+  }
   friend std::ostream& operator<<(std::ostream& out, const LayerName& n) { return out << n.view(); }
 
  private:
@@ -258,8 +267,8 @@ class Graph {
     const std::int64_t e = tensor(x).shape.dims()[dim].extent;
     for (TensorId p : {gamma, beta}) {
       if (tensor(p).shape.rank() != 1 || tensor(p).shape.dims()[0].extent != e) {
-        detail::fail("carto: layernorm over a dim of extent ", e, " needs gamma and beta of shape (",
-                     e, "); got ", tensor(p).shape);
+        detail::fail("carto: layernorm over a dim of extent ", e,
+                     " needs gamma and beta of shape (", e, "); got ", tensor(p).shape);
       }
     }
     Op op{.kind = OpKind::layernorm, .dim = dim};
@@ -269,8 +278,9 @@ class Graph {
   // out[ids..., h] = table[ids[...], h]; table (V, H), ids of TensorKind::index.
   constexpr TensorId gather(TensorId table, TensorId ids) {
     if (tensor(table).shape.rank() != 2 || tensor(ids).kind != TensorKind::index) {
-      detail::fail("carto: gather takes a rank-2 table (V, H) and index ids; got ", tensor(table).shape,
-                   " and a tensor of kind ", tensor(ids).kind == TensorKind::index ? "index" : "non-index");
+      detail::fail("carto: gather takes a rank-2 table (V, H) and index ids; got ",
+                   tensor(table).shape, " and a tensor of kind ",
+                   tensor(ids).kind == TensorKind::index ? "index" : "non-index");
     }
     TensorShape out = tensor(ids).shape;
     out.push_back(tensor(table).shape.dims()[1]);
@@ -284,10 +294,12 @@ class Graph {
     const TensorShape& ls = tensor(logits).shape;
     const TensorShape& ts = tensor(targets).shape;
     bool ok = tensor(targets).kind == TensorKind::index && ts.rank() + 1 == ls.rank();
-    for (std::size_t i = 0; ok && i < ts.rank(); ++i) ok = ts.dims()[i].extent == ls.dims()[i].extent;
+    for (std::size_t i = 0; ok && i < ts.rank(); ++i)
+      ok = ts.dims()[i].extent == ls.dims()[i].extent;
     if (!ok) {
-      detail::fail("carto: softmax_cross_entropy takes logits (..., V) and index targets (...); got ",
-                   ls, " and ", ts);
+      detail::fail(
+          "carto: softmax_cross_entropy takes logits (..., V) and index targets (...); got ", ls,
+          " and ", ts);
     }
     Op op{.kind = OpKind::softmax_cross_entropy};
     op.inputs = {logits, targets};
@@ -302,7 +314,9 @@ class Graph {
       detail::fail("carto: fused_attention takes q, k, v of one shape (B, heads, S, d); got ",
                    tensor(q).shape, ", ", tensor(k).shape, ", ", tensor(v).shape);
     }
-    Op op{.kind = OpKind::fused_attention, .probability = probability, .factor = factor,
+    Op op{.kind = OpKind::fused_attention,
+          .probability = probability,
+          .factor = factor,
           .masking = masking};
     op.inputs = {q, k, v};
     return add_op(op, tensor(q).shape, tensor(q).dtype);
@@ -345,7 +359,8 @@ class Graph {
       detail::fail("carto: group '", groups_[static_cast<std::size_t>(open_group_)].name,
                    "' is still open; end_group() before beginning '", name, "'");
     }
-    groups_.push_back(OpGroup{.name = name, .kind = kind,
+    groups_.push_back(OpGroup{.name = name,
+                              .kind = kind,
                               .first_op = static_cast<std::int32_t>(ops_.size()),
                               .end_op = static_cast<std::int32_t>(ops_.size())});
     open_group_ = static_cast<std::int32_t>(groups_.size() - 1);
@@ -444,10 +459,11 @@ class Graph {
     tensors_[out.index()].storage = tensor(x).storage;
     return out;
   }
-  constexpr TensorId add_tensor(const TensorShape& shape, DType dtype, TensorKind kind, OpId producer) {
+  constexpr TensorId add_tensor(const TensorShape& shape, DType dtype, TensorKind kind,
+                                OpId producer) {
     const TensorId id{static_cast<std::int32_t>(tensors_.size())};
-    tensors_.push_back(TensorInfo{.shape = shape, .dtype = dtype, .kind = kind,
-                                  .producer = producer, .storage = id});
+    tensors_.push_back(TensorInfo{
+        .shape = shape, .dtype = dtype, .kind = kind, .producer = producer, .storage = id});
     return id;
   }
   constexpr TensorId add_op(Op op, const TensorShape& out_shape, DType dtype) {

@@ -5,7 +5,8 @@
 // output projection (H, H) + bias and the residual-branch dropout. Two kinds:
 //  - materialized (Megatron-LM as counted by Korthikanti et al. 2022 §4.1): QKᵀ, scale, softmax,
 //    dropout and P·V are separate ops; backward keeps Q and K, the softmax output, its dropout mask
-//    and output, and V (with the QKV input and the projection input: 11sbh + 5as²b bytes at 16 bits);
+//    and output, and V (with the QKV input and the projection input: 11sbh + 5as²b bytes at 16
+//    bits);
 //  - fused (flash-style, Dao et al. 2022): one op keeps only Q, K, V, its output and the fp32
 //    logsumexp per row; its dropout mask is regenerated from the RNG state in backward.
 // Q, K and V are views of the one QKV output (B, S, 3H); the merge of heads is a view too.
@@ -21,7 +22,8 @@
 namespace carto {
 
 namespace detail {
-// 1/sqrt(x) by Newton's method on sqrt (constexpr; exact to double rounding for the head sizes used).
+// 1/sqrt(x) by Newton's method on sqrt (constexpr; exact to double rounding for the head sizes
+// used).
 constexpr double inverse_sqrt(double x) {
   double r = x > 1 ? x : 1;
   for (int i = 0; i < 64; ++i) r = 0.5 * (r + x / r);
@@ -61,23 +63,24 @@ constexpr TensorId multi_head_attention(Graph& g, TensorId x, const AttentionSpe
   if (spec.kind == AttentionKind::fused) {
     context = g.fused_attention(q, k, v, factor, Masking::causal, spec.dropout);
   } else {
-    const TensorId scores = g.einsum("bnqd,bnkd->bnqk", q, k);                // (B, a, S, S)
-    const TensorId scaled = g.scale(scores, factor);                           // (B, a, S, S)
-    const TensorId probs = g.softmax(scaled, 3, Masking::causal);              // (B, a, S, S)
-    const TensorId dropped = dropout(g, probs, spec.dropout);                  // (B, a, S, S)
-    context = g.einsum("bnqk,bnkd->bnqd", dropped, v);                         // (B, a, S, d)
+    const TensorId scores = g.einsum("bnqd,bnkd->bnqk", q, k);     // (B, a, S, S)
+    const TensorId scaled = g.scale(scores, factor);               // (B, a, S, S)
+    const TensorId probs = g.softmax(scaled, 3, Masking::causal);  // (B, a, S, S)
+    const TensorId dropped = dropout(g, probs, spec.dropout);      // (B, a, S, S)
+    context = g.einsum("bnqk,bnkd->bnqd", dropped, v);             // (B, a, S, d)
   }
-  const TensorId merged = g.merge_heads(context, xs.dims()[2].name);           // (B, S, H)
+  const TensorId merged = g.merge_heads(context, xs.dims()[2].name);  // (B, S, H)
   const TensorId out = linear(g, merged, {.out_name = xs.dims()[2].name, .out_features = h});
-  return dropout(g, out, spec.dropout);                                        // (B, S, H)
+  return dropout(g, out, spec.dropout);  // (B, S, H)
 }
 
 // Typed: MultiHeadAttention<Tensor<bf16, Shape<B, S, H>>, 12>{.kind = AttentionKind::fused}.
 template <class T, std::int64_t Heads>
 struct MultiHeadAttention {
-  static_assert(detail::heads_fit<T, Heads>(),
-                "carto: MultiHeadAttention<T, Heads> takes T = Tensor<..., Shape<B, S, H>> with Heads "
-                "dividing H");
+  static_assert(
+      detail::heads_fit<T, Heads>(),
+      "carto: MultiHeadAttention<T, Heads> takes T = Tensor<..., Shape<B, S, H>> with Heads "
+      "dividing H");
   using input_type = T;
   using output_type = T;
   AttentionKind kind = AttentionKind::materialized;

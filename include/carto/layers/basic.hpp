@@ -66,7 +66,8 @@ constexpr TensorId dropout(Graph& g, TensorId x, double probability) {
   return probability == 0.0 ? x : g.dropout(x, probability);
 }
 
-// ---- typed layers --------------------------------------------------------------------------------
+// ---- typed layers
+// --------------------------------------------------------------------------------
 
 namespace detail {
 
@@ -82,10 +83,12 @@ struct ReplaceLastDim<Shape<Dims...>, NewLast> {
 
 template <class T>
 constexpr TensorShape static_shape_of() {
-  static_assert(is_tensor<T>::value, "carto: a typed layer's tensor type must be carto::Tensor<...>");
-  static_assert(T::shape_type::is_static,
-                "carto: typed layers need static shapes (every Dim with an extent); use the builder "
-                "functions (linear, layer_norm, ...) for shapes known at run time");
+  static_assert(is_tensor<T>::value,
+                "carto: a typed layer's tensor type must be carto::Tensor<...>");
+  static_assert(
+      T::shape_type::is_static,
+      "carto: typed layers need static shapes (every Dim with an extent); use the builder "
+      "functions (linear, layer_norm, ...) for shapes known at run time");
   return T::shape_type::static_value();
 }
 
@@ -94,11 +97,13 @@ constexpr TensorShape static_shape_of() {
 // Linear<Tensor<bf16, Shape<B, S, Dim<"hidden", 768>>>, Dim<"ffn", 3072>>: output (B, S, ffn).
 template <class In, class OutDim, Bias B = Bias::with>
 struct Linear {
-  static_assert(is_tensor<In>::value && In::rank >= 1, "carto: Linear<In, OutDim> needs In = Tensor<...>");
+  static_assert(is_tensor<In>::value && In::rank >= 1,
+                "carto: Linear<In, OutDim> needs In = Tensor<...>");
   static_assert(is_dim<OutDim>::value && OutDim::is_static,
                 "carto: Linear's OutDim must be a Dim with a static extent");
   using input_type = In;
-  using output_type = Tensor<In::dtype, typename detail::ReplaceLastDim<typename In::shape_type, OutDim>::type>;
+  using output_type =
+      Tensor<In::dtype, typename detail::ReplaceLastDim<typename In::shape_type, OutDim>::type>;
   constexpr TensorId build(Graph& g, TensorId x) const {
     return linear(g, x, {.out_name = OutDim::name(), .out_features = OutDim::extent(), .bias = B});
   }

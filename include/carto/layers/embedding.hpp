@@ -33,12 +33,13 @@ struct EmbeddingOutput {
 constexpr EmbeddingOutput embedding(Graph& g, TensorId ids, const EmbeddingSpec& spec) {
   const TensorShape& is = g.tensor(ids).shape;  // (B, S)
   if (is.rank() != 2 || is.dims()[1].extent != spec.positions) {
-    detail::fail("carto: embedding takes ids (B, S) with S = ", spec.positions, " positions; got ", is);
+    detail::fail("carto: embedding takes ids (B, S) with S = ", spec.positions, " positions; got ",
+                 is);
   }
   const TensorId wte = g.parameter({{"vocab", spec.vocab}, {"hidden", spec.hidden}}, spec.dtype);
   const TensorId wpe = g.parameter({{"seq", spec.positions}, {"hidden", spec.hidden}}, spec.dtype);
-  const TensorId tokens = g.gather(wte, ids);      // (B, S, H)
-  const TensorId summed = g.bias(tokens, wpe);     // (B, S, H)
+  const TensorId tokens = g.gather(wte, ids);   // (B, S, H)
+  const TensorId summed = g.bias(tokens, wpe);  // (B, S, H)
   return {.output = dropout(g, summed, spec.dropout), .table = wte};
 }
 
@@ -48,9 +49,10 @@ enum class LmHeadWeights : std::uint8_t { tied, untied };
 constexpr TensorId lm_head(Graph& g, TensorId x, TensorId table, LmHeadWeights weights,
                            std::int64_t vocab) {
   const TensorShape& xs = g.tensor(x).shape;
-  const TensorId w = weights == LmHeadWeights::tied
-                         ? table
-                         : g.parameter({{"vocab", vocab}, xs.dims()[xs.rank() - 1]}, g.tensor(x).dtype);
+  const TensorId w =
+      weights == LmHeadWeights::tied
+          ? table
+          : g.parameter({{"vocab", vocab}, xs.dims()[xs.rank() - 1]}, g.tensor(x).dtype);
   return g.einsum("bsh,vh->bsv", x, w);  // (B, S, V)
 }
 

@@ -1,14 +1,14 @@
 // carto/layers/gpt.hpp — GPT configurations, presets, the GPT graph builder and Gpt<Config>.
 //
-// Design note: a GptConfig is a plain value (usable in constexpr and read at run time). The graph is
-// embedding -> `layers` pre-LN transformer blocks -> final layernorm -> LM head -> cross-entropy,
-// one group each ("embedding", "block.0" ... "block.{l-1}", "final_layernorm", "lm_head",
-// "cross_entropy"). Its parameters are 12lh² + 13lh + (V + s)h + 2h: Narayanan et al. 2021 §5.1's
-// P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)) plus the final layernorm (2h), which that formula leaves
-// out; an untied LM head adds Vh. Invariants (check_config): every size positive, heads divide
-// hidden. Gpt<Config> takes a type with either `static constexpr GptConfig config` or static
-// members layers, hidden, heads, vocab, seq (optional ffn_ratio, tied_lm_head); GptOf<preset>
-// wraps a constexpr GptConfig object.
+// Design note: a GptConfig is a plain value (usable in constexpr and read at run time). The graph
+// is embedding -> `layers` pre-LN transformer blocks -> final layernorm -> LM head ->
+// cross-entropy, one group each ("embedding", "block.0" ... "block.{l-1}", "final_layernorm",
+// "lm_head", "cross_entropy"). Its parameters are 12lh² + 13lh + (V + s)h + 2h: Narayanan et al.
+// 2021 §5.1's P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)) plus the final layernorm (2h), which that
+// formula leaves out; an untied LM head adds Vh. Invariants (check_config): every size positive,
+// heads divide hidden. Gpt<Config> takes a type with either `static constexpr GptConfig config` or
+// static members layers, hidden, heads, vocab, seq (optional ffn_ratio, tied_lm_head);
+// GptOf<preset> wraps a constexpr GptConfig object.
 #pragma once
 
 #include <array>
@@ -50,18 +50,73 @@ inline constexpr std::array<GptConfig, 18> kModelPresets{{
     {.name = "gpt2-1.5b", .layers = 48, .hidden = 1600, .heads = 25, .vocab = 50257, .seq = 1024},
     {.name = "gpt3-22b", .layers = 48, .hidden = 6144, .heads = 64, .vocab = 51200, .seq = 2048},
     {.name = "gpt3-175b", .layers = 96, .hidden = 12288, .heads = 96, .vocab = 51200, .seq = 2048},
-    {.name = "gpt3-530b", .layers = 105, .hidden = 20480, .heads = 128, .vocab = 51200, .seq = 2048},
+    {.name = "gpt3-530b",
+     .layers = 105,
+     .hidden = 20480,
+     .heads = 128,
+     .vocab = 51200,
+     .seq = 2048},
     {.name = "gpt3-1t", .layers = 128, .hidden = 25600, .heads = 160, .vocab = 51200, .seq = 2048},
-    {.name = "megatron-1.7b", .layers = 24, .hidden = 2304, .heads = 24, .vocab = 51200, .seq = 2048},
-    {.name = "megatron-3.6b", .layers = 30, .hidden = 3072, .heads = 32, .vocab = 51200, .seq = 2048},
-    {.name = "megatron-7.5b", .layers = 36, .hidden = 4096, .heads = 32, .vocab = 51200, .seq = 2048},
-    {.name = "megatron-18b", .layers = 40, .hidden = 6144, .heads = 48, .vocab = 51200, .seq = 2048},
-    {.name = "megatron-39b", .layers = 48, .hidden = 8192, .heads = 64, .vocab = 51200, .seq = 2048},
-    {.name = "megatron-76b", .layers = 60, .hidden = 10240, .heads = 80, .vocab = 51200, .seq = 2048},
-    {.name = "megatron-145b", .layers = 80, .hidden = 12288, .heads = 96, .vocab = 51200, .seq = 2048},
-    {.name = "megatron-310b", .layers = 96, .hidden = 16384, .heads = 128, .vocab = 51200, .seq = 2048},
-    {.name = "megatron-530b", .layers = 105, .hidden = 20480, .heads = 128, .vocab = 51200, .seq = 2048},
-    {.name = "megatron-1t", .layers = 128, .hidden = 25600, .heads = 160, .vocab = 51200, .seq = 2048},
+    {.name = "megatron-1.7b",
+     .layers = 24,
+     .hidden = 2304,
+     .heads = 24,
+     .vocab = 51200,
+     .seq = 2048},
+    {.name = "megatron-3.6b",
+     .layers = 30,
+     .hidden = 3072,
+     .heads = 32,
+     .vocab = 51200,
+     .seq = 2048},
+    {.name = "megatron-7.5b",
+     .layers = 36,
+     .hidden = 4096,
+     .heads = 32,
+     .vocab = 51200,
+     .seq = 2048},
+    {.name = "megatron-18b",
+     .layers = 40,
+     .hidden = 6144,
+     .heads = 48,
+     .vocab = 51200,
+     .seq = 2048},
+    {.name = "megatron-39b",
+     .layers = 48,
+     .hidden = 8192,
+     .heads = 64,
+     .vocab = 51200,
+     .seq = 2048},
+    {.name = "megatron-76b",
+     .layers = 60,
+     .hidden = 10240,
+     .heads = 80,
+     .vocab = 51200,
+     .seq = 2048},
+    {.name = "megatron-145b",
+     .layers = 80,
+     .hidden = 12288,
+     .heads = 96,
+     .vocab = 51200,
+     .seq = 2048},
+    {.name = "megatron-310b",
+     .layers = 96,
+     .hidden = 16384,
+     .heads = 128,
+     .vocab = 51200,
+     .seq = 2048},
+    {.name = "megatron-530b",
+     .layers = 105,
+     .hidden = 20480,
+     .heads = 128,
+     .vocab = 51200,
+     .seq = 2048},
+    {.name = "megatron-1t",
+     .layers = 128,
+     .hidden = 25600,
+     .heads = 160,
+     .vocab = 51200,
+     .seq = 2048},
 }};
 
 constexpr std::span<const GptConfig> model_presets() { return kModelPresets; }
@@ -81,7 +136,8 @@ constexpr std::optional<std::string> check_config(const GptConfig& c) {
   for (const auto& [what, value] : sizes) {
     if (value < 1) {
       return "model '" + std::string(c.name) + "': " + std::string(what) + " is " +
-             (value < 0 ? "-" + decimal(-value) : decimal(value)) + "; it must be a positive integer";
+             (value < 0 ? "-" + decimal(-value) : decimal(value)) +
+             "; it must be a positive integer";
     }
   }
   if (c.hidden % c.heads != 0) {
@@ -111,22 +167,29 @@ constexpr Graph build_gpt(const GptConfig& c, const ProfileOptions& o) {
   const TensorId targets = g.input(tokens, DType::fp32, TensorKind::index);  // (B, S) int32
 
   g.begin_group("embedding", GroupKind::embedding);
-  const EmbeddingOutput emb = embedding(
-      g, ids, {.vocab = c.vocab, .positions = c.seq, .hidden = c.hidden, .dtype = dt, .dropout = o.dropout});
+  const EmbeddingOutput emb = embedding(g, ids,
+                                        {.vocab = c.vocab,
+                                         .positions = c.seq,
+                                         .hidden = c.hidden,
+                                         .dtype = dt,
+                                         .dropout = o.dropout});
   g.end_group();
   TensorId x = emb.output;  // (B, S, H)
   for (std::int64_t i = 0; i < c.layers; ++i) {
     g.begin_group(LayerName("block.").append(i), GroupKind::transformer_block);
-    x = transformer_block(g, x, {.heads = c.heads, .ffn_ratio = c.ffn_ratio, .attention = o.attention,
-                                 .dropout = o.dropout});
+    x = transformer_block(g, x,
+                          {.heads = c.heads,
+                           .ffn_ratio = c.ffn_ratio,
+                           .attention = o.attention,
+                           .dropout = o.dropout});
     g.end_group();
   }
   g.begin_group("final_layernorm", GroupKind::layer);
   x = layer_norm(g, x);  // (B, S, H)
   g.end_group();
   g.begin_group("lm_head", GroupKind::head);
-  const TensorId logits =
-      lm_head(g, x, emb.table, c.tied_lm_head ? LmHeadWeights::tied : LmHeadWeights::untied, c.vocab);
+  const TensorId logits = lm_head(
+      g, x, emb.table, c.tied_lm_head ? LmHeadWeights::tied : LmHeadWeights::untied, c.vocab);
   g.end_group();
   g.begin_group("cross_entropy", GroupKind::loss);
   g.set_result(cross_entropy(g, logits, targets));
@@ -140,7 +203,8 @@ constexpr ModelProfile profile_gpt(const GptConfig& c, const ProfileOptions& o) 
   return profile_graph(g, o);
 }
 
-// ---- compile-time form ---------------------------------------------------------------------------
+// ---- compile-time form
+// ---------------------------------------------------------------------------
 
 namespace detail {
 template <class C>
@@ -148,11 +212,22 @@ consteval GptConfig gpt_config_of() {
   if constexpr (requires { C::config; }) {
     return C::config;
   } else {
-    static_assert(requires { C::layers; C::hidden; C::heads; C::vocab; C::seq; },
-                  "carto: Gpt<Config> needs Config::config (a GptConfig) or static members layers, "
-                  "hidden, heads, vocab and seq");
-    GptConfig c{.name = "custom", .layers = C::layers, .hidden = C::hidden, .heads = C::heads,
-                .vocab = C::vocab, .seq = C::seq};
+    static_assert(
+        requires {
+          C::layers;
+          C::hidden;
+          C::heads;
+          C::vocab;
+          C::seq;
+        },
+        "carto: Gpt<Config> needs Config::config (a GptConfig) or static members layers, "
+        "hidden, heads, vocab and seq");
+    GptConfig c{.name = "custom",
+                .layers = C::layers,
+                .hidden = C::hidden,
+                .heads = C::heads,
+                .vocab = C::vocab,
+                .seq = C::seq};
     if constexpr (requires { C::ffn_ratio; }) c.ffn_ratio = C::ffn_ratio;
     if constexpr (requires { C::tied_lm_head; }) c.tied_lm_head = C::tied_lm_head;
     if constexpr (requires { C::name; }) c.name = C::name;
@@ -170,7 +245,9 @@ struct Gpt {
   static_assert(config.hidden % config.heads == 0, "carto: Gpt<Config>: heads must divide hidden");
 
   static constexpr Graph graph(const ProfileOptions& o = {}) { return build_gpt(config, o); }
-  static constexpr ModelProfile profile(const ProfileOptions& o = {}) { return profile_gpt(config, o); }
+  static constexpr ModelProfile profile(const ProfileOptions& o = {}) {
+    return profile_gpt(config, o);
+  }
 };
 
 template <const GptConfig& C>

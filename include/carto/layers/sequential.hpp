@@ -4,13 +4,9 @@
 // builds them in order, each on the previous one's output. A layer type names input_type and
 // output_type (carto::Tensor types with static shapes) and has `TensorId build(Graph&, TensorId)
 // const`. Adjacent layers must agree: L(i)::output_type == L(i+1)::input_type, checked at compile
-// time through detail::MismatchedLayers<Out, In>, whose static_assert shows both tensor types in the
-// instantiation context of the error.
+// time through detail::MismatchedLayers<Out, In>, whose static_assert shows both tensor types in
+// the instantiation context of the error.
 #pragma once
-
-#include <cstddef>
-#include <type_traits>
-#include <utility>
 
 #include <boost/hana/at.hpp>
 #include <boost/hana/drop_back.hpp>
@@ -19,6 +15,9 @@
 #include <boost/hana/tuple.hpp>
 #include <boost/hana/type.hpp>
 #include <boost/hana/zip.hpp>
+#include <cstddef>
+#include <type_traits>
+#include <utility>
 
 #include "carto/graph/graph.hpp"
 #include "carto/layers/basic.hpp"
@@ -68,20 +67,24 @@ class Sequential {
   static_assert((TypedLayer<Layers> && ...),
                 "carto: every Sequential argument must be a typed layer (input_type, output_type, "
                 "build(Graph&, TensorId) const)");
-  // Instantiates detail::MismatchedLayers<Out, In> for every adjacent pair (its message names both).
-  static_assert(detail::chain_matches<Layers...>(), "carto: Sequential: adjacent layers' tensor types differ");
+  // Instantiates detail::MismatchedLayers<Out, In> for every adjacent pair (its message names
+  // both).
+  static_assert(detail::chain_matches<Layers...>(),
+                "carto: Sequential: adjacent layers' tensor types differ");
 
  public:
-  using input_type = typename decltype(+boost::hana::at_c<0>(boost::hana::tuple_t<Layers...>))::type::input_type;
-  using output_type =
-      typename decltype(+boost::hana::at_c<sizeof...(Layers) - 1>(boost::hana::tuple_t<Layers...>))::type::output_type;
+  using input_type =
+      typename decltype(+boost::hana::at_c<0>(boost::hana::tuple_t<Layers...>))::type::input_type;
+  using output_type = typename decltype(+boost::hana::at_c<sizeof...(Layers) - 1>(
+      boost::hana::tuple_t<Layers...>))::type::output_type;
 
   constexpr Sequential() = default;
   constexpr explicit Sequential(Layers... layers) : layers_(std::move(layers)...) {}
 
   // Appends every layer's ops to g, starting from x; returns the last output.
   constexpr TensorId build(Graph& g, TensorId x) const {
-    return boost::hana::fold_left(layers_, x, [&g](TensorId in, const auto& layer) { return layer.build(g, in); });
+    return boost::hana::fold_left(
+        layers_, x, [&g](TensorId in, const auto& layer) { return layer.build(g, in); });
   }
 
   // The graph of the chain on a fresh input of input_type (not differentiated).

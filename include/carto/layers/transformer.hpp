@@ -24,11 +24,14 @@ struct MlpSpec {
 constexpr TensorId mlp(Graph& g, TensorId x, const MlpSpec& spec) {
   const TensorShape xs = g.tensor(x).shape;  // (B, S, H)
   const DimExtent hidden = xs.dims()[xs.rank() - 1];
-  if (spec.ffn_ratio < 1) detail::fail("carto: an MLP's ffn ratio must be positive; got ", spec.ffn_ratio);
-  const TensorId up = linear(g, x, {.out_name = "ffn", .out_features = spec.ffn_ratio * hidden.extent});  // (B, S, 4H)
-  const TensorId act = gelu(g, up);                                                                       // (B, S, 4H)
-  const TensorId down = linear(g, act, {.out_name = hidden.name, .out_features = hidden.extent});        // (B, S, H)
-  return dropout(g, down, spec.dropout);                                                                  // (B, S, H)
+  if (spec.ffn_ratio < 1)
+    detail::fail("carto: an MLP's ffn ratio must be positive; got ", spec.ffn_ratio);
+  const TensorId up = linear(
+      g, x, {.out_name = "ffn", .out_features = spec.ffn_ratio * hidden.extent});  // (B, S, 4H)
+  const TensorId act = gelu(g, up);                                                // (B, S, 4H)
+  const TensorId down =
+      linear(g, act, {.out_name = hidden.name, .out_features = hidden.extent});  // (B, S, H)
+  return dropout(g, down, spec.dropout);                                         // (B, S, H)
 }
 
 struct BlockSpec {
@@ -42,8 +45,9 @@ constexpr TensorId transformer_block(Graph& g, TensorId x, const BlockSpec& spec
   const TensorId attn = multi_head_attention(
       g, layer_norm(g, x), {.heads = spec.heads, .kind = spec.attention, .dropout = spec.dropout});
   const TensorId y = g.add(x, attn);  // (B, S, H)
-  const TensorId m = mlp(g, layer_norm(g, y), {.ffn_ratio = spec.ffn_ratio, .dropout = spec.dropout});
-  return g.add(y, m);                 // (B, S, H)
+  const TensorId m =
+      mlp(g, layer_norm(g, y), {.ffn_ratio = spec.ffn_ratio, .dropout = spec.dropout});
+  return g.add(y, m);  // (B, S, H)
 }
 
 template <class T, std::int64_t Ratio = 4>
@@ -59,9 +63,10 @@ struct Mlp {
 
 template <class T, std::int64_t Heads, std::int64_t Ratio = 4>
 struct TransformerBlock {
-  static_assert(detail::heads_fit<T, Heads>(),
-                "carto: TransformerBlock<T, Heads> takes T = Tensor<..., Shape<B, S, H>> with Heads "
-                "dividing H");
+  static_assert(
+      detail::heads_fit<T, Heads>(),
+      "carto: TransformerBlock<T, Heads> takes T = Tensor<..., Shape<B, S, H>> with Heads "
+      "dividing H");
   using input_type = T;
   using output_type = T;
   AttentionKind attention = AttentionKind::materialized;

@@ -1,19 +1,21 @@
 // carto/profile/op_cost.hpp — FLOPs and bytes of one op, unsharded or under a sharding strategy.
 //
-// Design note (DESIGN.md §3): every number is a function of the op's local shapes, so the per-device
-// cost of a sharded op is the same formula on the shapes each device holds (global extents divided
-// by the split factors, exactly: splits are even). An einsum letter is split over the axes of the
-// operand dims that carry it; they must agree, and a contracted letter that carries axes makes the
-// output Partial over them. Rules per op (violations call detail::fail naming the op, the specs and
-// what would be valid): einsum inputs are not Partial; gelu, dropout, bias, softmax, layernorm,
-// gather ids and fused attention need non-Partial inputs (they are nonlinear or broadcast); add and
-// scale are linear and pass Partial through; softmax keeps its reduced dim unsplit; gather over a
-// vocab-split table yields a Partial output (vocab-parallel embedding). Two ops have a second,
-// communicating variant, named by OpSharding::variant so that a split is never accepted by accident:
+// Design note (DESIGN.md §3): every number is a function of the op's local shapes, so the
+// per-device cost of a sharded op is the same formula on the shapes each device holds (global
+// extents divided by the split factors, exactly: splits are even). An einsum letter is split over
+// the axes of the operand dims that carry it; they must agree, and a contracted letter that carries
+// axes makes the output Partial over them. Rules per op (violations call detail::fail naming the
+// op, the specs and what would be valid): einsum inputs are not Partial; gelu, dropout, bias,
+// softmax, layernorm, gather ids and fused attention need non-Partial inputs (they are nonlinear or
+// broadcast); add and scale are linear and pass Partial through; softmax keeps its reduced dim
+// unsplit; gather over a vocab-split table yields a Partial output (vocab-parallel embedding). Two
+// ops have a second, communicating variant, named by OpSharding::variant so that a split is never
+// accepted by accident:
 //  - layernorm: OpVariant::plain keeps the normalized dim unsplit (gamma, beta replicated);
-//    OpVariant::distributed_statistics splits it over axes A with gamma and beta split over A alike,
-//    and all-reduces over A the two fp32 partial sums per row (Σx, Σx²) in forward and the two row
-//    sums (Σ dy·γ, Σ dy·γ·x̂) in backward; the FLOPs are the local formula on the local shape;
+//    OpVariant::distributed_statistics splits it over axes A with gamma and beta split over A
+//    alike, and all-reduces over A the two fp32 partial sums per row (Σx, Σx²) in forward and the
+//    two row sums (Σ dy·γ, Σ dy·γ·x̂) in backward; the FLOPs are the local formula on the local
+//    shape;
 //  - fused attention: OpVariant::plain keeps sequence and head_dim unsplit (batch and heads split);
 //    OpVariant::gathered_kv also splits the query sequence over axes A (q, k, v and the output
 //    alike): K and V are all-gathered over A inside the op (forward, and again in backward) and dK,
@@ -27,8 +29,8 @@
 // count), backward 10·B·a·S²·d (recomputed QKᵀ, then dV, dP, dQ, dK). Only these two kinds are
 // `matmul` (what Narayanan et al. 2021 Eq. 3 counts). Non-matmul FLOPs are conventions for a
 // roofline, per output element: add 1 (backward 0), bias 1 (weight grad 1), scale 1 (1), dropout 2
-// (2), gelu 8 (16), softmax 5 (4), layernorm 8 (input grad 12, weight grads 3), softmax cross-entropy
-// 5 per logit (2), gather 0 (scatter-add 1 per output element), views 0.
+// (2), gelu 8 (16), softmax 5 (4), layernorm 8 (input grad 12, weight grads 3), softmax
+// cross-entropy 5 per logit (2), gather 0 (scatter-add 1 per output element), views 0.
 //
 // Memory: saved_bytes is what the op keeps for backward: the activation tensors it saves (never
 // parameters, which are live anyway) plus private state that is no graph tensor: dropout masks (1
@@ -63,7 +65,7 @@ struct OpCost {
   std::int64_t private_saved_bytes = 0;    // of which no graph tensor (masks, statistics)
   std::int64_t temp_bytes = 0;             // workspace inside the op's backward
   std::int64_t output_bytes = 0;
-  std::int64_t params = 0;                 // elements of parameter inputs
+  std::int64_t params = 0;  // elements of parameter inputs
   [[nodiscard]] constexpr std::int64_t flops_backward() const {
     return flops_backward_input + flops_backward_weight;
   }
@@ -111,14 +113,18 @@ constexpr std::int64_t rows_of(const TensorShape& s, std::size_t dim) {
 constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes,
                             LayerNormStats stats) {
   OpCost c{};
-  auto bytes = [&](TensorId t, const TensorShape& s) { return s.numel() * element_bytes(g.tensor(t)); };
+  auto bytes = [&](TensorId t, const TensorShape& s) {
+    return s.numel() * element_bytes(g.tensor(t));
+  };
   const std::int64_t n = shapes.output.numel();
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {
     c.bytes_read += bytes(op.inputs[i], shapes.inputs[i]);
     if (g.tensor(op.inputs[i]).kind == TensorKind::parameter) c.params += shapes.inputs[i].numel();
   }
   c.output_bytes = bytes(op.output, shapes.output);
-  auto is_param = [&](std::size_t i) { return g.tensor(op.inputs[i]).kind == TensorKind::parameter; };
+  auto is_param = [&](std::size_t i) {
+    return g.tensor(op.inputs[i]).kind == TensorKind::parameter;
+  };
   auto grad_flops = [&](std::size_t i, std::int64_t f) {
     (is_param(i) ? c.flops_backward_weight : c.flops_backward_input) += f;
   };
@@ -176,7 +182,8 @@ constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes
       c.flops_forward = 8 * n, c.flops_backward_input = 12 * n;
       grad_flops(1, 2 * n);
       grad_flops(2, n);
-      if (stats == LayerNormStats::counted) c.private_saved_bytes = 2 * rows_of(shapes.output, op.dim) * 4;
+      if (stats == LayerNormStats::counted)
+        c.private_saved_bytes = 2 * rows_of(shapes.output, op.dim) * 4;
       c.temp_bytes = 2 * rows_of(shapes.output, op.dim) * 4;
       break;
     case OpKind::gather: grad_flops(0, n); break;
@@ -257,8 +264,9 @@ struct LetterAxes {
 
 constexpr bool same_axis_set(const AxisList& a, const AxisList& b) {
   if (a.size() != b.size()) return false;
-  return std::all_of(a.begin(), a.end(),
-                     [&](const AxisName& x) { return std::find(b.begin(), b.end(), x) != b.end(); });
+  return std::all_of(a.begin(), a.end(), [&](const AxisName& x) {
+    return std::find(b.begin(), b.end(), x) != b.end();
+  });
 }
 
 // Letter -> axes of an einsum given its input specs; fails when two operands disagree.
@@ -268,13 +276,16 @@ constexpr StaticVector<LetterAxes, kMaxRank * 3> einsum_letter_axes(const Graph&
   StaticVector<LetterAxes, kMaxRank * 3> out{};
   for (std::size_t i = 0; i < op.einsum.inputs.size(); ++i) {
     if (s.inputs[i].is_partial()) {
-      bad_strategy(g, op, s, mesh, concat("input ", i, " is Partial; an einsum needs its inputs "
-                                          "reduced first (all-reduce or reduce-scatter)"));
+      bad_strategy(g, op, s, mesh,
+                   concat("input ", i,
+                          " is Partial; an einsum needs its inputs "
+                          "reduced first (all-reduce or reduce-scatter)"));
     }
     const IndexLetters& ls = op.einsum.inputs[i];
     for (std::size_t d = 0; d < ls.size(); ++d) {
       const AxisList& axes = s.inputs[i].dims()[d];
-      auto* it = std::find_if(out.begin(), out.end(), [&](const LetterAxes& la) { return la.letter == ls[d]; });
+      auto* it = std::find_if(out.begin(), out.end(),
+                              [&](const LetterAxes& la) { return la.letter == ls[d]; });
       if (it == out.end()) {
         out.push_back(LetterAxes{ls[d], axes});
       } else if (!(it->axes == axes)) {
@@ -289,8 +300,10 @@ constexpr StaticVector<LetterAxes, kMaxRank * 3> einsum_letter_axes(const Graph&
   for (const LetterAxes& la : out) {
     for (const AxisName& a : la.axes) {
       if (std::find(seen.begin(), seen.end(), a) != seen.end()) {
-        bad_strategy(g, op, s, mesh, concat("mesh axis '", a, "' splits two different letters; "
-                                            "each mesh axis may split one letter"));
+        bad_strategy(g, op, s, mesh,
+                     concat("mesh axis '", a,
+                            "' splits two different letters; "
+                            "each mesh axis may split one letter"));
       }
       seen.push_back(a);
     }
@@ -316,7 +329,8 @@ constexpr ShardingSpec einsum_output_spec_of(const Graph& g, const Op& op, const
 }
 
 // Checks the op's rules for this strategy (see the design note).
-constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s, const DeviceMesh& mesh) {
+constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
+                              const DeviceMesh& mesh) {
   auto fail_if = [&](bool bad, std::string_view why) {
     if (bad) bad_strategy(g, op, s, mesh, why);
   };
@@ -376,8 +390,9 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
                 "distributed_statistics needs the normalized dim split; use OpVariant::plain");
         for (std::size_t p = 1; p < 3; ++p) {
           fail_if(in(p).is_partial() || !(in(p).dims()[0] == split),
-                  distributed ? "gamma and beta must be split over the axes of the normalized dim"
-                              : "gamma and beta of a layernorm over an unsplit dim are replicated (R)");
+                  distributed
+                      ? "gamma and beta must be split over the axes of the normalized dim"
+                      : "gamma and beta of a layernorm over an unsplit dim are replicated (R)");
         }
       }
       break;
@@ -389,8 +404,9 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
       bool ok = out.rank() == ids.rank() + 1 && out.dims()[out.rank() - 1] == table.dims()[1] &&
                 same_axis_set(out.partial(), table.dims()[0]);
       for (std::size_t d = 0; ok && d < ids.rank(); ++d) ok = out.dims()[d] == ids.dims()[d];
-      fail_if(!ok, "the output takes the ids' splits, the table's hidden split, and is Partial "
-                   "over the axes that split the vocabulary");
+      fail_if(!ok,
+              "the output takes the ids' splits, the table's hidden split, and is Partial "
+              "over the axes that split the vocabulary");
       break;
     }
     case OpKind::softmax_cross_entropy: {
@@ -409,7 +425,8 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
     }
     case OpKind::fused_attention:
       for (std::size_t i = 0; i < 3; ++i) {
-        fail_if(in(i).is_partial() || !(in(i) == out), "q, k, v and the output need one non-Partial spec");
+        fail_if(in(i).is_partial() || !(in(i) == out),
+                "q, k, v and the output need one non-Partial spec");
       }
       fail_if(s.variant == OpVariant::distributed_statistics,
               "variant distributed_statistics does not apply to fused attention");
@@ -419,7 +436,8 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
                 "fused attention keeps the sequence unsplit; split batch or heads, or use "
                 "OpVariant::gathered_kv (K and V all-gathered over the sequence axes)");
       } else {
-        fail_if(out.dims()[2].empty(), "gathered_kv needs the sequence split; use OpVariant::plain");
+        fail_if(out.dims()[2].empty(),
+                "gathered_kv needs the sequence split; use OpVariant::plain");
       }
       break;
     case OpKind::view: {
@@ -435,11 +453,13 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
 }  // namespace detail
 
 // The output spec an einsum op gets from its input specs (Partial over contracted split letters).
-constexpr ShardingSpec einsum_output_spec(const Graph& g, OpId o, const StaticVector<ShardingSpec, 3>& inputs,
+constexpr ShardingSpec einsum_output_spec(const Graph& g, OpId o,
+                                          const StaticVector<ShardingSpec, 3>& inputs,
                                           const DeviceMesh& mesh) {
   const Op& op = g.op(o);
   if (op.kind != OpKind::einsum) {
-    detail::fail("carto: einsum_output_spec of a ", to_string_view(op.kind), " op; it needs an einsum");
+    detail::fail("carto: einsum_output_spec of a ", to_string_view(op.kind),
+                 " op; it needs an einsum");
   }
   return detail::einsum_output_spec_of(g, op, OpSharding{.inputs = inputs, .output = {}}, mesh);
 }
@@ -456,7 +476,8 @@ constexpr OpCost op_cost(const Graph& g, OpId o, const OpSharding& sharding, con
   OpShapes shapes{};
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {
     const TensorShape& s = g.tensor(op.inputs[i]).shape;
-    if (!validate(s, sharding.inputs[i], mesh).ok()) check_spec(s, sharding.inputs[i], mesh, "op input");
+    if (!validate(s, sharding.inputs[i], mesh).ok())
+      check_spec(s, sharding.inputs[i], mesh, "op input");
     shapes.inputs.push_back(local_shape(s, sharding.inputs[i], mesh));
   }
   const TensorShape& os = g.tensor(op.output).shape;

@@ -26,13 +26,18 @@ struct ProfileOptions {
   AttentionKind attention = AttentionKind::materialized;
   Recompute recompute = Recompute::none;  // full: checkpoint every transformer block
   double dropout = 0.1;                   // 0 removes the dropout ops and their masks
-  LayerNormStats layernorm_stats = LayerNormStats::counted;  // ignored: Korthikanti et al.'s assumption
+  LayerNormStats layernorm_stats =
+      LayerNormStats::counted;  // ignored: Korthikanti et al.'s assumption
 };
 
 // The dtype of activations and parameters (what the matmuls read).
-constexpr DType compute_dtype(Precision p) { return p == Precision::fp32 ? DType::fp32 : DType::bf16; }
+constexpr DType compute_dtype(Precision p) {
+  return p == Precision::fp32 ? DType::fp32 : DType::bf16;
+}
 // Optimizer-state bytes per parameter: fp32 master copy (mixed only) + AdamW m and v.
-constexpr std::int64_t optimizer_bytes_per_param(Precision p) { return p == Precision::fp32 ? 8 : 12; }
+constexpr std::int64_t optimizer_bytes_per_param(Precision p) {
+  return p == Precision::fp32 ? 8 : 12;
+}
 // Parameters + gradients + optimizer states per parameter (ZeRO §3.1: 16 in both policies).
 constexpr std::int64_t model_state_bytes_per_param(Precision p) {
   return 2 * size_bytes(compute_dtype(p)) + optimizer_bytes_per_param(p);
@@ -44,7 +49,9 @@ constexpr std::int64_t model_state_bytes(std::int64_t params, Precision p) {
 constexpr std::string_view to_string_view(AttentionKind k) {
   return k == AttentionKind::fused ? "fused" : "materialized";
 }
-constexpr std::string_view to_string_view(Recompute r) { return r == Recompute::full ? "full" : "none"; }
+constexpr std::string_view to_string_view(Recompute r) {
+  return r == Recompute::full ? "full" : "none";
+}
 constexpr std::string_view to_string_view(Precision p) {
   return p == Precision::fp32 ? "fp32" : "mixed_bf16";
 }

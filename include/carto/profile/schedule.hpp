@@ -15,9 +15,10 @@
 //  - backward of an op: allocates the gradients of its inputs (accumulated when already allocated;
 //    a view renames its output's gradient), its workspace, then frees its output's gradient, its
 //    workspace and the storages whose last saver it is;
-//  - a checkpointed group (every transformer_block under Recompute::full) keeps only its inputs from
-//    outside the group during forward (its ops save nothing, their masks are transient); just before
-//    the backward of its last op its forward runs again (phase `recompute`, FLOPs counted in
+//  - a checkpointed group (every transformer_block under Recompute::full) keeps only its inputs
+//  from
+//    outside the group during forward (its ops save nothing, their masks are transient); just
+//    before the backward of its last op its forward runs again (phase `recompute`, FLOPs counted in
 //    flops.recompute) with normal saving, so its activations live only while its backward runs.
 //
 // Per group (layer) the profile reports FLOPs, the parameters first used there and the bytes it
@@ -39,7 +40,13 @@
 
 namespace carto {
 
-enum class MemoryCategory : std::uint8_t { parameters, gradients, optimizer, activations, temporaries };
+enum class MemoryCategory : std::uint8_t {
+  parameters,
+  gradients,
+  optimizer,
+  activations,
+  temporaries
+};
 enum class Phase : std::uint8_t { forward, recompute, backward, optimizer };
 
 constexpr std::string_view to_string_view(Phase p) {
@@ -57,7 +64,8 @@ struct MemoryBytes {
   std::int64_t gradients = 0;
   std::int64_t optimizer = 0;
   std::int64_t activations = 0;  // saved for backward
-  std::int64_t temporaries = 0;  // everything else: unsaved outputs, gradients of activations, workspace
+  std::int64_t temporaries =
+      0;  // everything else: unsaved outputs, gradients of activations, workspace
   [[nodiscard]] constexpr std::int64_t total() const {
     return parameters + gradients + optimizer + activations + temporaries;
   }
@@ -76,8 +84,8 @@ struct MemoryBytes {
 
 struct TimelineEvent {
   Phase phase = Phase::forward;
-  OpId op{};                   // invalid for the optimizer step
-  std::int32_t group = -1;   // the op's group, or -1
+  OpId op{};                // invalid for the optimizer step
+  std::int32_t group = -1;  // the op's group, or -1
   MemoryBytes live{};
 };
 
@@ -116,8 +124,8 @@ struct StepMemory {
   std::int64_t activation_bytes_per_layer = 0;  // saved by one transformer block (the largest)
   std::int64_t activation_bytes = 0;            // saved by the whole model at the end of forward
   std::int64_t peak_bytes = 0;
-  MemoryBytes peak{};                // the live bytes by category at the peak
-  std::size_t peak_event = 0;      // index into ModelProfile::timeline
+  MemoryBytes peak{};          // the live bytes by category at the peak
+  std::size_t peak_event = 0;  // index into ModelProfile::timeline
 };
 
 struct ModelProfile {
@@ -147,7 +155,9 @@ class StepWalk {
   }
 
  private:
-  [[nodiscard]] constexpr std::size_t storage(TensorId t) const { return g_.tensor(t).storage.index(); }
+  [[nodiscard]] constexpr std::size_t storage(TensorId t) const {
+    return g_.tensor(t).storage.index();
+  }
   [[nodiscard]] constexpr bool is_param(TensorId t) const {
     return g_.tensor(t).kind == TensorKind::parameter;
   }
@@ -157,7 +167,8 @@ class StepWalk {
   [[nodiscard]] constexpr std::int32_t checkpoint_group(std::size_t k) const {
     const std::int32_t grp = g_.ops()[k].group;
     if (options_.recompute != Recompute::full || grp < 0) return -1;
-    return g_.groups()[static_cast<std::size_t>(grp)].kind == GroupKind::transformer_block ? grp : -1;
+    return g_.groups()[static_cast<std::size_t>(grp)].kind == GroupKind::transformer_block ? grp
+                                                                                           : -1;
   }
   [[nodiscard]] constexpr const OpGroup& group(std::int32_t grp) const {
     return g_.groups()[static_cast<std::size_t>(grp)];
@@ -176,7 +187,8 @@ class StepWalk {
   }
   constexpr void event(Phase phase, std::int32_t op) {
     const std::int32_t grp = op >= 0 ? g_.ops()[static_cast<std::size_t>(op)].group : -1;
-    result_.timeline.push_back(TimelineEvent{.phase = phase, .op = OpId{op}, .group = grp, .live = live_});
+    result_.timeline.push_back(
+        TimelineEvent{.phase = phase, .op = OpId{op}, .group = grp, .live = live_});
     if (live_.total() > result_.memory.peak_bytes) {
       result_.memory.peak_bytes = live_.total();
       result_.memory.peak = live_;
@@ -206,7 +218,8 @@ class StepWalk {
       }
       const std::int32_t grp = checkpoint_group(k);
       if (grp < 0) {
-        for (TensorId sv : saved_tensors(g_, op)) keep_[storage(sv)] = std::min(keep_[storage(sv)], kk);
+        for (TensorId sv : saved_tensors(g_, op))
+          keep_[storage(sv)] = std::min(keep_[storage(sv)], kk);
       } else {
         for (TensorId in : op.inputs) {
           if (!is_param(in) && producer_of_storage(storage(in)) < group(grp).first_op) {

@@ -6,7 +6,8 @@
 // no BLAS, CUDA or MPI header is reachable from it.
 //
 // Invariants every implementation keeps, and every caller may rely on:
-//  - Tensors are views (pointer + TensorShape + DType), contiguous row-major, never owning; a view's
+//  - Tensors are views (pointer + TensorShape + DType), contiguous row-major, never owning; a
+//  view's
 //    pointer is device memory of the backend that allocated it. The CPU backend takes fp32 only.
 //  - Calls are enqueued in order on the backend's one queue (a CUDA stream later); results are
 //    visible to host code after synchronize(). The CPU backend runs each call before returning.
@@ -37,7 +38,8 @@
 
 namespace carto {
 
-// ---- views ---------------------------------------------------------------------------------------
+// ---- views
+// ---------------------------------------------------------------------------------------
 
 // A mutable view of a contiguous tensor in device memory.
 struct TensorView {
@@ -104,10 +106,11 @@ inline TensorShape matrix_shape(const TensorShape& s) {
   return {{"rows", s.numel() / cols}, {s.dims()[s.rank() - 1].name, cols}};
 }
 
-// ---- memory --------------------------------------------------------------------------------------
+// ---- memory
+// --------------------------------------------------------------------------------------
 
-// Device memory by the byte. Kept minimal on purpose: the memory tracker is an Allocator that counts
-// current and peak bytes per MemoryCategory and forwards to the backend's device allocator.
+// Device memory by the byte. Kept minimal on purpose: the memory tracker is an Allocator that
+// counts current and peak bytes per MemoryCategory and forwards to the backend's device allocator.
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -122,7 +125,9 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(Allocator& allocator, std::size_t bytes, MemoryCategory category)
-      : allocator_(&allocator), bytes_(bytes), category_(category),
+      : allocator_(&allocator),
+        bytes_(bytes),
+        category_(category),
         data_(bytes > 0 ? allocator.allocate(bytes, category) : nullptr) {}
   Buffer(Buffer&& other) noexcept { swap(other); }
   Buffer& operator=(Buffer&& other) noexcept {
@@ -159,7 +164,8 @@ class Buffer {
   void* data_ = nullptr;
 };
 
-// ---- arguments of the kernels --------------------------------------------------------------------
+// ---- arguments of the kernels
+// --------------------------------------------------------------------
 
 enum class Transpose : std::uint8_t { no, yes };
 enum class CopyMode : std::uint8_t { assign, accumulate };
@@ -204,7 +210,8 @@ struct AttentionArgs {
   ShardPlacement placement{};
 };
 
-// A vocab-parallel table or logits shard holds vocab rows [vocab_offset, vocab_offset + local rows).
+// A vocab-parallel table or logits shard holds vocab rows [vocab_offset, vocab_offset + local
+// rows).
 struct EmbeddingShard {
   std::int64_t vocab_offset = 0;
 };
@@ -244,9 +251,10 @@ inline StridedBox box_of(const TensorShape& shape, const Slice& slice) {
   std::int64_t stride = 1;
   for (std::size_t d = shape.rank(); d-- > 0;) {
     const std::int64_t e = shape.dims()[d].extent;
-    CARTO_CHECK(slice.offset[d] >= 0 && slice.extent[d] >= 0 && slice.offset[d] + slice.extent[d] <= e,
-                "slice [", slice.offset[d], ", ", slice.offset[d] + slice.extent[d], ") of dim ", d,
-                " of ", shape);
+    CARTO_CHECK(
+        slice.offset[d] >= 0 && slice.extent[d] >= 0 && slice.offset[d] + slice.extent[d] <= e,
+        "slice [", slice.offset[d], ", ", slice.offset[d] + slice.extent[d], ") of dim ", d, " of ",
+        shape);
     box.strides[d] = stride;
     box.offset += slice.offset[d] * stride;
     stride *= e;
@@ -267,7 +275,8 @@ inline StridedBox heads_box(const TensorShape& fused, std::int64_t parts, std::i
   return {.offset = part * heads * d, .strides = {s * f, d, f, 1}};
 }
 
-// ---- the interface -------------------------------------------------------------------------------
+// ---- the interface
+// -------------------------------------------------------------------------------
 
 class Backend {
  public:
@@ -281,9 +290,12 @@ class Backend {
   // Installs the allocator every later allocation goes through (the memory tracker), or nullptr
   // for the device allocator. It must outlive the buffers allocated through it.
   void use_allocator(Allocator* allocator) { allocator_ = allocator; }
-  [[nodiscard]] Allocator& allocator() { return allocator_ != nullptr ? *allocator_ : device_allocator(); }
+  [[nodiscard]] Allocator& allocator() {
+    return allocator_ != nullptr ? *allocator_ : device_allocator();
+  }
   [[nodiscard]] Buffer allocate(const TensorShape& shape, DType dtype, MemoryCategory category) {
-    return Buffer(allocator(), static_cast<std::size_t>(shape.numel() * size_bytes(dtype)), category);
+    return Buffer(allocator(), static_cast<std::size_t>(shape.numel() * size_bytes(dtype)),
+                  category);
   }
   // Waits until every enqueued call has finished.
   virtual void synchronize() = 0;
@@ -336,8 +348,8 @@ class Backend {
   // Recomputes the probabilities (and dropout mask) from q, k and logsumexp; dq, dk, dv += ....
   virtual void attention_backward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                   ConstTensorView out, ConstTensorView logsumexp,
-                                  ConstTensorView dout, TensorView dq, TensorView dk,
-                                  TensorView dv, const AttentionArgs& args) = 0;
+                                  ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
+                                  const AttentionArgs& args) = 0;
 
   // ---- elementwise (y may be x) ----
   // GELU with the tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³))).
@@ -345,8 +357,8 @@ class Backend {
   virtual void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) = 0;  // dx +=
   virtual void dropout_forward(ConstTensorView x, TensorView y, const DropoutArgs& args) = 0;
   virtual void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args) = 0;
-  virtual void add(ConstTensorView a, ConstTensorView b, TensorView y) = 0;       // y = a + b
-  virtual void scale(ConstTensorView x, float factor, TensorView y) = 0;          // y = f·x
+  virtual void add(ConstTensorView a, ConstTensorView b, TensorView y) = 0;  // y = a + b
+  virtual void scale(ConstTensorView x, float factor, TensorView y) = 0;     // y = f·x
   // y += factor · x: the backward of add (factor 1) and of scale, and gradient accumulation.
   virtual void add_scaled(ConstTensorView x, float factor, TensorView y) = 0;
   // y = x + b with b (the trailing dims of x) broadcast over the leading dims.

@@ -2,8 +2,8 @@
 //
 // Design note (DESIGN.md §7): every random value is a pure function of (seed, stream id, global
 // element index), computed by Philox4x32-10 (Salmon, Moraes, Dror, Shaw 2011, "Parallel random
-// numbers: as easy as 1, 2, 3", SC'11). A device that holds any shard of a tensor computes exactly the
-// values a single device computes for the same global indices, with no state to carry and no
+// numbers: as easy as 1, 2, 3", SC'11). A device that holds any shard of a tensor computes exactly
+// the values a single device computes for the same global indices, with no state to carry and no
 // communication; a recomputed block (activation checkpointing) regenerates the same dropout masks.
 //
 // Mapping (fixed; changing it changes every run's numbers):
@@ -64,9 +64,10 @@ enum class RngPurpose : std::uint8_t { parameter_init = 1, dropout = 2, test = 3
 // id = purpose (8 bits) | object (24 bits: a parameter or op number) | step (32 bits: the optimizer
 // step times micro-batches plus the micro-batch, for dropout; 0 for init).
 constexpr std::uint64_t stream_id(RngPurpose purpose, std::uint32_t object, std::uint32_t step) {
-  if (object >= (1u << 24)) detail::fail("carto: stream_id object ", object, " needs more than 24 bits");
-  return (std::uint64_t{static_cast<std::uint8_t>(purpose)} << 56) |
-         (std::uint64_t{object} << 32) | step;
+  if (object >= (1u << 24))
+    detail::fail("carto: stream_id object ", object, " needs more than 24 bits");
+  return (std::uint64_t{static_cast<std::uint8_t>(purpose)} << 56) | (std::uint64_t{object} << 32) |
+         step;
 }
 
 namespace rng {

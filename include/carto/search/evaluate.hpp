@@ -9,13 +9,14 @@
 //    the input spec of its first consumer (a later consumer that wants another spec reshards it).
 //  - Forward move: when an op's input spec differs from the stored spec, the cheapest resharding
 //    (cost/reshard.hpp, Dijkstra; the free local step to Partial allowed) runs before the op.
-//  - Backward move: the gradient an op hands an input (Strategy::gradients) is moved to the spec the
+//  - Backward move: the gradient an op hands an input (Strategy::gradients) is moved to the spec
+//  the
 //    producer needs, its output spec without Partial axes (output_gradient_spec), by the same
-//    Dijkstra. For the moves a forward step makes this is its transpose: an all-gather's backward is
-//    a reduce-scatter when the consumer's gradient is Partial over the gathered axis (and a free
-//    slice when it is not); a reduce-scatter's or a slice's backward is an all-gather; an all-reduce
-//    P→R needs nothing (every summand's gradient is the whole gradient); an all-to-all's is the
-//    reverse all-to-all. Gradients of several consumers are each moved, then summed locally.
+//    Dijkstra. For the moves a forward step makes this is its transpose: an all-gather's backward
+//    is a reduce-scatter when the consumer's gradient is Partial over the gathered axis (and a free
+//    slice when it is not); a reduce-scatter's or a slice's backward is an all-gather; an
+//    all-reduce P→R needs nothing (every summand's gradient is the whole gradient); an all-to-all's
+//    is the reverse all-to-all. Gradients of several consumers are each moved, then summed locally.
 //    A parameter's gradient is reduced by its first consumer's Strategy::gradient_sync; a later
 //    consumer's gradient is reduced by its own gradient_sync and then moved to the stored spec.
 //    Graph inputs and index tensors receive no gradient.
@@ -25,8 +26,9 @@
 //    does for the sequence-parallel input of its column-parallel linear
 //    (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication).
 //    Buffers are deduplicated like the schedule does storages: a view without a move aliases its
-//    input's buffer; a moved input is a buffer of its own. A buffer counts once, in the group of the
-//    first op that saves it; an op's private saved state (masks, statistics) counts in its group.
+//    input's buffer; a moved input is a buffer of its own. A buffer counts once, in the group of
+//    the first op that saves it; an op's private saved state (masks, statistics) counts in its
+//    group.
 //  - A collective over a mesh axis of size 1 moves nothing and is not listed.
 //  - Times: compute by the roofline (strategy_time) and each collective by cost/collectives.hpp, in
 //    seconds, summed without overlap; forward and backward apart.
@@ -95,7 +97,8 @@ struct GroupCost {
 };
 
 struct AssignmentCost {
-  std::vector<GroupCost> groups{};  // the graph's groups in order, then "(ungrouped)" if any op has none
+  std::vector<GroupCost>
+      groups{};  // the graph's groups in order, then "(ungrouped)" if any op has none
   std::int64_t flops_forward = 0;
   std::int64_t flops_backward = 0;
   std::int64_t saved_bytes = 0;
@@ -118,8 +121,8 @@ class AssignmentWalk {
 
   AssignmentCost run() {
     if (st_.size() != g_.num_ops()) {
-      fail("carto: evaluate_assignment got ", st_.size(), " strategies for a graph of ", g_.num_ops(),
-           " ops; give one per op, op k's at index k");
+      fail("carto: evaluate_assignment got ", st_.size(), " strategies for a graph of ",
+           g_.num_ops(), " ops; give one per op, op k's at index k");
     }
     for (std::size_t k = 0; k < st_.size(); ++k) {
       if (st_[k].op.value != static_cast<std::int32_t>(k)) {
@@ -127,7 +130,8 @@ class AssignmentWalk {
              "; op k's strategy goes at index k");
       }
     }
-    for (const OpGroup& grp : g_.groups()) result_.groups.push_back({.name = grp.name, .kind = grp.kind});
+    for (const OpGroup& grp : g_.groups())
+      result_.groups.push_back({.name = grp.name, .kind = grp.kind});
     ungrouped_ = result_.groups.size();
     stored_specs();
     for (std::size_t k = 0; k < g_.num_ops(); ++k) visit(k);
@@ -187,13 +191,20 @@ class AssignmentWalk {
     const double time = collective_time(kind, mesh_, axis, bytes, hw_);
     GroupCost& grp = group_of(k);
     (phase == Phase::forward ? grp.comm_forward_s : grp.comm_backward_s) += time;
-    grp.collectives.push_back({.op = OpId{static_cast<std::int32_t>(k)}, .tensor = t, .role = role,
-                               .phase = phase, .kind = kind, .axis = axis, .bytes = bytes, .time_s = time});
+    grp.collectives.push_back({.op = OpId{static_cast<std::int32_t>(k)},
+                               .tensor = t,
+                               .role = role,
+                               .phase = phase,
+                               .kind = kind,
+                               .axis = axis,
+                               .bytes = bytes,
+                               .time_s = time});
   }
 
   void record_plan(std::size_t k, TensorId t, CommRole role, Phase phase, const ReshardPlan& plan) {
     for (const ReshardStep& step : plan.steps) {
-      if (const auto c = collective_of(step.kind)) record(k, t, role, phase, *c, step.axis, step.bytes);
+      if (const auto c = collective_of(step.kind))
+        record(k, t, role, phase, *c, step.axis, step.bytes);
     }
   }
 
@@ -241,9 +252,13 @@ class AssignmentWalk {
       }
       // Gradients.
       if (info.kind == TensorKind::parameter) {
-        if (first_consumer_[t.index()] == static_cast<std::int32_t>(k)) grp.param_bytes += buffer_[t.index()].bytes;
-        // gradient_sync (below) reduces the gradient to `want`; a later consumer then moves it home.
-        if (moved) record_plan(k, t, CommRole::reshard, Phase::backward, move(t, without_partial(want), have));
+        if (first_consumer_[t.index()] == static_cast<std::int32_t>(k))
+          grp.param_bytes += buffer_[t.index()].bytes;
+        // gradient_sync (below) reduces the gradient to `want`; a later consumer then moves it
+        // home.
+        if (moved)
+          record_plan(k, t, CommRole::reshard, Phase::backward,
+                      move(t, without_partial(want), have));
       } else if (info.kind == TensorKind::activation && info.producer.valid()) {
         const ShardingSpec needed = without_partial(have);
         if (!(s.gradients[i] == needed)) {
@@ -251,7 +266,8 @@ class AssignmentWalk {
         }
       }
       // Saved activations.
-      if (std::find(saved.begin(), saved.end(), t) != saved.end() && info.kind != TensorKind::parameter) {
+      if (std::find(saved.begin(), saved.end(), t) != saved.end() &&
+          info.kind != TensorKind::parameter) {
         if (!moved) {
           save(k, buffer_[t.index()].id, buffer_[t.index()].bytes);
         } else if (local_bytes(t, have) < local_bytes(t, want)) {
@@ -263,19 +279,22 @@ class AssignmentWalk {
       }
     }
     for (const CollectiveCall& c : s.gradient_sync) {
-      record(k, op.inputs[static_cast<std::size_t>(c.input)], CommRole::gradient_sync, Phase::backward,
-             c.kind, c.axis, c.bytes);
+      record(k, op.inputs[static_cast<std::size_t>(c.input)], CommRole::gradient_sync,
+             Phase::backward, c.kind, c.axis, c.bytes);
     }
     // The output's buffer: a view without a move aliases its input's.
     if (op.kind == OpKind::view && stored_[op.inputs[0].index()] == s.sharding.inputs[0]) {
       buffer_[op.output.index()] = buffer_[op.inputs[0].index()];
     } else if (op.kind == OpKind::view) {
-      buffer_[op.output.index()] = {.id = next_buffer_++, .bytes = local_bytes(op.inputs[0], s.sharding.inputs[0])};
+      buffer_[op.output.index()] = {.id = next_buffer_++,
+                                    .bytes = local_bytes(op.inputs[0], s.sharding.inputs[0])};
     } else {
-      buffer_[op.output.index()] = {.id = op.output.index(), .bytes = local_bytes(op.output, s.sharding.output)};
+      buffer_[op.output.index()] = {.id = op.output.index(),
+                                    .bytes = local_bytes(op.output, s.sharding.output)};
     }
     if (std::find(saved.begin(), saved.end(), op.output) != saved.end()) {
-      save(k, buffer_[op.output.index()].id, buffer_[op.output.index()].bytes);  // softmax, attention
+      save(k, buffer_[op.output.index()].id,
+           buffer_[op.output.index()].bytes);  // softmax, attention
     }
   }
 
@@ -297,13 +316,15 @@ class AssignmentWalk {
 }  // namespace detail
 
 // The cost of running `g` with strategies[k] for op k (see the design note).
-inline AssignmentCost evaluate_assignment(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
+inline AssignmentCost evaluate_assignment(const Graph& g, const DeviceMesh& mesh,
+                                          const HardwareProfile& hw,
                                           const std::vector<Strategy>& strategies) {
   return detail::AssignmentWalk(g, mesh, hw, strategies).run();
 }
 
 // The same from one OpSharding per op (each checked and turned into a Strategy by make_strategy).
-inline AssignmentCost evaluate_assignment(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
+inline AssignmentCost evaluate_assignment(const Graph& g, const DeviceMesh& mesh,
+                                          const HardwareProfile& hw,
                                           const std::vector<OpSharding>& shardings,
                                           const EvaluateOptions& options = {}) {
   if (shardings.size() != g.num_ops()) {
@@ -313,7 +334,8 @@ inline AssignmentCost evaluate_assignment(const Graph& g, const DeviceMesh& mesh
   std::vector<Strategy> strategies;
   strategies.reserve(shardings.size());
   for (std::size_t k = 0; k < shardings.size(); ++k) {
-    strategies.push_back(make_strategy(g, OpId{static_cast<std::int32_t>(k)}, shardings[k], mesh, options.strategy));
+    strategies.push_back(
+        make_strategy(g, OpId{static_cast<std::int32_t>(k)}, shardings[k], mesh, options.strategy));
   }
   return evaluate_assignment(g, mesh, hw, strategies);
 }

@@ -7,7 +7,8 @@
 // of the gradient each input receives, the parameter-gradient reductions, and per-device memory.
 // Resharding between ops is not part of a strategy; carto/search/evaluate.hpp adds it.
 //
-// Enumeration, one rule per op kind, in a fixed order (same inputs, same list: the search indexes it):
+// Enumeration, one rule per op kind, in a fixed order (same inputs, same list: the search indexes
+// it):
 //  - einsum: every assignment of mesh axes to index letters — each axis to one letter or to none,
 //    several axes on one letter in every order — as an odometer over the mesh axes (axis 0 most
 //    significant; choices: none, then the letters in Einsum::letters() order), then every order of
@@ -19,20 +20,25 @@
 //  - gelu, dropout: every non-Partial spec (enumerate_specs order); scale and add: every spec,
 //    Partial included (they are linear); bias: every non-Partial spec of x, the bias split like x's
 //    trailing dims.
-//  - softmax: every non-Partial spec with the reduced dim unsplit. layernorm: the same (plain), then
+//  - softmax: every non-Partial spec with the reduced dim unsplit. layernorm: the same (plain),
+//  then
 //    every non-Partial spec with the normalized dim split (OpVariant::distributed_statistics: gamma
 //    and beta split alike; forward all-reduce of 2 fp32 per row — the partial sums Σx, Σx² — and
 //    backward all-reduce of 2 fp32 per row — Σ dy·γ and Σ dy·γ·x̂ — over each splitting axis).
-//  - fused attention: every non-Partial spec of q with head_dim unsplit and k, v, output alike; with
+//  - fused attention: every non-Partial spec of q with head_dim unsplit and k, v, output alike;
+//  with
 //    the query sequence split (OpVariant::gathered_kv), K and V are all-gathered over its axes in
 //    forward and in backward, and dK, dV reduce-scattered in backward.
-//  - gather (embedding): every non-Partial spec of the ids times every non-Partial spec of the table
-//    that shares no axis with it (ids outer); the output takes the ids' splits and the table's hidden
-//    split and is Partial over the axes that split the vocabulary (vocab-parallel embedding).
-//  - softmax cross-entropy: every non-Partial spec of the logits, targets split like the token dims,
-//    the scalar loss Partial over the token axes. A vocab split (vocab-parallel cross-entropy) costs,
-//    per splitting axis, a MAX all-reduce of one fp32 per token and a SUM all-reduce of two fp32 per
-//    token (the target logit and Σ exp), as Megatron-LM does
+//  - gather (embedding): every non-Partial spec of the ids times every non-Partial spec of the
+//  table
+//    that shares no axis with it (ids outer); the output takes the ids' splits and the table's
+//    hidden split and is Partial over the axes that split the vocabulary (vocab-parallel
+//    embedding).
+//  - softmax cross-entropy: every non-Partial spec of the logits, targets split like the token
+//  dims,
+//    the scalar loss Partial over the token axes. A vocab split (vocab-parallel cross-entropy)
+//    costs, per splitting axis, a MAX all-reduce of one fp32 per token and a SUM all-reduce of two
+//    fp32 per token (the target logit and Σ exp), as Megatron-LM does
 //    (megatron/core/tensor_parallel/cross_entropy.py; the two SUMs concatenated in
 //    megatron/core/fusions/fused_cross_entropy.py).
 //  - views: every input spec (Partial included) with the output spec the view implies; input specs
@@ -41,21 +47,21 @@
 //    columns are ordered per head group, as Megatron-LM lays out its fused QKV weight); merge_heads
 //    maps a heads split to the hidden dim (head_dim must be unsplit); transpose swaps the last two.
 //
-// Gradient specs (DESIGN.md §3: backward follows the einsum rule). The gradient an input receives is
-// split like the input and Partial over the mesh axes that split letters the input does not carry:
-// X of a column-parallel matmul (o split over tp) gets a Partial(tp) gradient (Megatron's backward
-// all-reduce); W of a batch-split matmul (b over dp) gets Partial(dp) (the data-parallel gradient
-// all-reduce). Bias and layernorm gamma/beta are Partial over the axes that split x's other dims;
-// the table of a gather over the ids' axes. Elementwise ops, reductions, attention and views pass
-// the input's spec without its Partial axes (the gradient of each summand is the whole gradient).
-// An op needs its output's gradient in the output spec without Partial axes (output_gradient_spec).
-// Parameter gradients are reduced to the parameter's spec by the strategy itself (gradient_sync: an
-// all-reduce of the local gradient over each Partial axis).
+// Gradient specs (DESIGN.md §3: backward follows the einsum rule). The gradient an input receives
+// is split like the input and Partial over the mesh axes that split letters the input does not
+// carry: X of a column-parallel matmul (o split over tp) gets a Partial(tp) gradient (Megatron's
+// backward all-reduce); W of a batch-split matmul (b over dp) gets Partial(dp) (the data-parallel
+// gradient all-reduce). Bias and layernorm gamma/beta are Partial over the axes that split x's
+// other dims; the table of a gather over the ids' axes. Elementwise ops, reductions, attention and
+// views pass the input's spec without its Partial axes (the gradient of each summand is the whole
+// gradient). An op needs its output's gradient in the output spec without Partial axes
+// (output_gradient_spec). Parameter gradients are reduced to the parameter's spec by the strategy
+// itself (gradient_sync: an all-reduce of the local gradient over each Partial axis).
 //
 // Collectives are listed one mesh axis per entry (a split over (a, b) runs as one collective per
-// axis: all-gathers innermost axis first, reduce-scatters outermost first); `bytes` is the per-device
-// S of nccl-tests' convention (cost/collectives.hpp): the all-reduce buffer, the gathered all-gather
-// output, the full reduce-scatter input.
+// axis: all-gathers innermost axis first, reduce-scatters outermost first); `bytes` is the
+// per-device S of nccl-tests' convention (cost/collectives.hpp): the all-reduce buffer, the
+// gathered all-gather output, the full reduce-scatter input.
 //
 // Memory per device (DESIGN.md §5): parameters and gradients at the parameters' dtype, optimizer
 // states optimizer_bytes_per_param(precision) per local parameter element (no ZeRO here), saved
@@ -140,14 +146,14 @@ struct StrategyMemory {
 struct Strategy {
   OpId op{};
   StrategyKind kind = StrategyKind::elementwise;
-  OpSharding sharding{};                     // input specs, output spec, variant
+  OpSharding sharding{};                      // input specs, output spec, variant
   StaticVector<ShardingSpec, 3> gradients{};  // spec of the gradient each input receives
-  OpCost cost{};                             // per device (op_cost under `sharding`)
-  DType dtype = DType::bf16;                 // what it computes in (its first non-index input's)
-  std::int64_t bytes_backward = 0;           // per device: dY + saved state read, input grads written
-  CollectiveList forward{};                  // inside the op
-  CollectiveList backward{};                 // inside the op
-  CollectiveList gradient_sync{};            // parameter gradients: Partial -> the parameter's spec
+  OpCost cost{};                              // per device (op_cost under `sharding`)
+  DType dtype = DType::bf16;                  // what it computes in (its first non-index input's)
+  std::int64_t bytes_backward = 0;  // per device: dY + saved state read, input grads written
+  CollectiveList forward{};         // inside the op
+  CollectiveList backward{};        // inside the op
+  CollectiveList gradient_sync{};   // parameter gradients: Partial -> the parameter's spec
   StrategyMemory memory{};
 
   [[nodiscard]] std::int64_t comm_bytes() const {
@@ -171,7 +177,8 @@ inline std::string to_string(const Strategy& s) {
     text += detail::concat(i > 0 ? "; " : "", s.sharding.inputs[i]);
   }
   text += detail::concat("] -> ", s.sharding.output);
-  if (s.sharding.variant != OpVariant::plain) text += detail::concat(" (", to_string_view(s.sharding.variant), ")");
+  if (s.sharding.variant != OpVariant::plain)
+    text += detail::concat(" (", to_string_view(s.sharding.variant), ")");
   return text;
 }
 
@@ -184,7 +191,9 @@ inline ShardingSpec without_partial(const ShardingSpec& s) {
 
 // The spec in which an op needs its output's gradient: the output spec without Partial axes (the
 // gradient of every summand is the whole gradient).
-inline ShardingSpec output_gradient_spec(const Strategy& s) { return without_partial(s.sharding.output); }
+inline ShardingSpec output_gradient_spec(const Strategy& s) {
+  return without_partial(s.sharding.output);
+}
 
 namespace detail {
 
@@ -208,7 +217,8 @@ inline AxisList axes_of_dims(const ShardingSpec& s, std::size_t first, std::size
 }
 
 // Gradient specs of the inputs (see the design note).
-inline StaticVector<ShardingSpec, 3> gradient_specs(const Graph& g, const Op& op, const OpSharding& s) {
+inline StaticVector<ShardingSpec, 3> gradient_specs(const Graph& g, const Op& op,
+                                                    const OpSharding& s) {
   StaticVector<ShardingSpec, 3> grads;
   for (const ShardingSpec& in : s.inputs) grads.push_back(without_partial(in));
   switch (op.kind) {
@@ -291,10 +301,10 @@ inline StrategyKind kind_of(const Op& op, OpVariant variant) {
 
 }  // namespace detail
 
-// The strategy of op `o` under `sharding`: checks it (op_cost's rules; a violation throws naming the
-// op and the specs) and derives everything a Strategy states.
-inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding, const DeviceMesh& mesh,
-                              const StrategyOptions& options = {}) {
+// The strategy of op `o` under `sharding`: checks it (op_cost's rules; a violation throws naming
+// the op and the specs) and derives everything a Strategy states.
+inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding,
+                              const DeviceMesh& mesh, const StrategyOptions& options = {}) {
   const Op& op = g.op(o);
   Strategy st{.op = o, .kind = detail::kind_of(op, sharding.variant), .sharding = sharding};
   // The dtype it computes in: the first input's (the logits of cross-entropy, not its fp32 loss).
@@ -308,8 +318,10 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
   switch (op.kind) {
     case OpKind::layernorm:
       if (sharding.variant == OpVariant::distributed_statistics) {
-        const TensorShape local = local_shape(g.tensor(op.inputs[0]).shape, sharding.inputs[0], mesh);
-        const std::int64_t stats = local.numel() / local.dims()[op.dim].extent * 2 * 4;  // 2 fp32 per row
+        const TensorShape local =
+            local_shape(g.tensor(op.inputs[0]).shape, sharding.inputs[0], mesh);
+        const std::int64_t stats =
+            local.numel() / local.dims()[op.dim].extent * 2 * 4;  // 2 fp32 per row
         for (const AxisName& a : sharding.inputs[0].dims()[op.dim]) {
           st.forward.push_back({.kind = Collective::all_reduce, .axis = a, .bytes = stats});
           st.backward.push_back({.kind = Collective::all_reduce, .axis = a, .bytes = stats});
@@ -322,10 +334,12 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
         for (std::size_t i = 1; i < 3; ++i) {
           const std::int64_t local = local_bytes(op.inputs[i], sharding.inputs[i]);
           detail::push_gathers(st.forward, axes, local, mesh);
-          detail::push_gathers(st.backward, axes, local, mesh);  // K, V again for the backward kernel
+          detail::push_gathers(st.backward, axes, local,
+                               mesh);  // K, V again for the backward kernel
         }
         for (std::size_t i = 1; i < 3; ++i) {
-          detail::push_reduce_scatters(st.backward, axes, local_bytes(op.inputs[i], sharding.inputs[i]), mesh);
+          detail::push_reduce_scatters(st.backward, axes,
+                                       local_bytes(op.inputs[i], sharding.inputs[i]), mesh);
         }
       }
       break;
@@ -368,7 +382,8 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
   return st;
 }
 
-// ---- enumeration ---------------------------------------------------------------------------------
+// ---- enumeration
+// ---------------------------------------------------------------------------------
 
 namespace detail {
 
@@ -434,7 +449,8 @@ inline bool shares_axis(const ShardingSpec& a, const ShardingSpec& b) {
 }
 
 // The output spec a view implies for an input spec, or nothing when the view would move data.
-inline std::optional<ShardingSpec> view_output_spec(const Graph& g, const Op& op, const ShardingSpec& in,
+inline std::optional<ShardingSpec> view_output_spec(const Graph& g, const Op& op,
+                                                    const ShardingSpec& in,
                                                     const DeviceMesh& mesh) {
   const TensorShape& out_shape = g.tensor(op.output).shape;
   ShardingSpec out;
@@ -506,7 +522,8 @@ inline std::vector<Strategy> enumerate_strategies(const Graph& g, OpId o, const 
       break;
     case OpKind::scale:
     case OpKind::add:
-      for (const ShardingSpec& x : enumerate_specs(shape(0), mesh, {.partial = PartialSpecs::include})) {
+      for (const ShardingSpec& x :
+           enumerate_specs(shape(0), mesh, {.partial = PartialSpecs::include})) {
         OpSharding s{.output = x};
         for (std::size_t i = 0; i < op.inputs.size(); ++i) s.inputs.push_back(x);
         add(s);
@@ -524,7 +541,8 @@ inline std::vector<Strategy> enumerate_strategies(const Graph& g, OpId o, const 
       for (const ShardingSpec& x : plain) {
         if (!x.dims()[op.dim].empty()) continue;
         OpSharding s{.inputs = {x}, .output = x};
-        if (op.kind == OpKind::layernorm) s.inputs = {x, ShardingSpec::replicated(1), ShardingSpec::replicated(1)};
+        if (op.kind == OpKind::layernorm)
+          s.inputs = {x, ShardingSpec::replicated(1), ShardingSpec::replicated(1)};
         add(s);
       }
       if (op.kind == OpKind::layernorm) {
@@ -569,7 +587,8 @@ inline std::vector<Strategy> enumerate_strategies(const Graph& g, OpId o, const 
       }
       break;
     case OpKind::view:
-      for (const ShardingSpec& x : enumerate_specs(shape(0), mesh, {.partial = PartialSpecs::include})) {
+      for (const ShardingSpec& x :
+           enumerate_specs(shape(0), mesh, {.partial = PartialSpecs::include})) {
         if (auto y = detail::view_output_spec(g, op, x, mesh)) add({.inputs = {x}, .output = *y});
       }
       break;
@@ -577,7 +596,8 @@ inline std::vector<Strategy> enumerate_strategies(const Graph& g, OpId o, const 
   return out;
 }
 
-// ---- time ----------------------------------------------------------------------------------------
+// ---- time
+// ----------------------------------------------------------------------------------------
 
 struct StrategyTime {
   double compute_forward_s = 0;
@@ -598,15 +618,19 @@ inline double collectives_time(const CollectiveList& calls, const DeviceMesh& me
 
 // Roofline compute (cost/hardware.hpp) plus α-β collectives (cost/collectives.hpp), in seconds,
 // forward and backward apart; no overlap of compute and communication is assumed.
-inline StrategyTime strategy_time(const Strategy& s, const DeviceMesh& mesh, const HardwareProfile& hw) {
+inline StrategyTime strategy_time(const Strategy& s, const DeviceMesh& mesh,
+                                  const HardwareProfile& hw) {
   const DType dt = s.dtype;
   StrategyTime t;
-  t.compute_forward_s = compute_time(
-      {.flops = s.cost.flops_forward, .bytes = s.cost.bytes_read + s.cost.bytes_written, .dtype = dt}, hw);
+  t.compute_forward_s = compute_time({.flops = s.cost.flops_forward,
+                                      .bytes = s.cost.bytes_read + s.cost.bytes_written,
+                                      .dtype = dt},
+                                     hw);
   t.compute_backward_s =
       compute_time({.flops = s.cost.flops_backward(), .bytes = s.bytes_backward, .dtype = dt}, hw);
   t.comm_forward_s = collectives_time(s.forward, mesh, hw);
-  t.comm_backward_s = collectives_time(s.backward, mesh, hw) + collectives_time(s.gradient_sync, mesh, hw);
+  t.comm_backward_s =
+      collectives_time(s.backward, mesh, hw) + collectives_time(s.gradient_sync, mesh, hw);
   return t;
 }
 

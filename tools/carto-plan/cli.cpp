@@ -1,5 +1,6 @@
 #include "cli.hpp"
 
+#include <carto/util/units.hpp>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -133,10 +134,7 @@ std::string scaled(double value, const char* const* units, int count, double bas
 }
 }  // namespace
 
-std::string bytes(std::int64_t value) {
-  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  return scaled(static_cast<double>(value), units, 6, 1024.0);
-}
+std::string bytes(std::int64_t value) { return format_bytes(value); }
 
 std::string flops(std::int64_t value) {
   static const char* const units[] = {"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP", "EFLOP"};

@@ -84,18 +84,12 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
     }
     if (gi < checkpointed.size() && checkpointed[gi]) {
       recompute += m * (gc.compute_forward_s + gc.comm_forward_s);
-      // The block input: produced before the block, stored in its producer's output spec.
+      // The block input, stored in its producer's output spec.
       std::int64_t input_bytes = 0;
-      for (std::int32_t k = grp.first_op; k < grp.end_op && input_bytes == 0; ++k) {
-        for (TensorId t : g.ops()[static_cast<std::size_t>(k)].inputs) {
-          const TensorInfo& info = g.tensor(t);
-          if (info.kind == TensorKind::activation && info.producer.valid() &&
-              info.producer.value < grp.first_op) {
-            const ShardingSpec& spec = chosen[info.producer.index()].sharding.output;
-            input_bytes = local_shape(info.shape, spec, mesh).numel() * element_bytes(info);
-            break;
-          }
-        }
+      if (const TensorId x = detail::group_input(g, static_cast<std::int32_t>(gi)); x.valid()) {
+        const TensorInfo& info = g.tensor(x);
+        const ShardingSpec& spec = chosen[info.producer.index()].sharding.output;
+        input_bytes = local_shape(info.shape, spec, mesh).numel() * element_bytes(info);
       }
       kept += input_bytes;
       extra = std::max(extra, gc.saved_bytes - input_bytes + temp);

@@ -115,6 +115,21 @@ struct DpResult {
 
 namespace detail {
 
+// The input of group gi: the first activation its ops read that was produced before the group.
+inline TensorId group_input(const Graph& g, std::int32_t gi) {
+  const OpGroup& grp = g.groups()[static_cast<std::size_t>(gi)];
+  for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
+    for (TensorId t : g.ops()[static_cast<std::size_t>(k)].inputs) {
+      const TensorInfo& info = g.tensor(t);
+      if (info.kind == TensorKind::activation && info.producer.valid() &&
+          info.producer.value < grp.first_op) {
+        return t;
+      }
+    }
+  }
+  return TensorId{};
+}
+
 // Per-parameter persistent bytes under a ZeRO stage: parameters + gradients (at the parameter's
 // dtype) + optimizer states, the sharded parts divided by the replica count (rounded up).
 inline std::int64_t zero_persistent_bytes(std::int64_t elements, std::int64_t element_size,
@@ -149,10 +164,6 @@ inline double zero3_gather_time(std::int64_t bytes, const ShardingSpec& stored,
     t += collective_time(Collective::all_gather, mesh, a.name, current, hw);
   }
   return t;
-}
-
-inline std::int64_t replicas_of(const ShardingSpec& stored, const DeviceMesh& mesh) {
-  return replication_factor(stored, mesh);
 }
 
 // What the DP needs of every op and strategy, computed once.
@@ -268,7 +279,7 @@ class DpModel {
     const ShardingSpec& stored = spec(t, s);
     const std::int64_t persistent =
         zero_persistent_bytes(elements, element_bytes(g_.tensor(t)), options_.precision,
-                              options_.zero_stage, replicas_of(stored, mesh_));
+                              options_.zero_stage, replication_factor(stored, mesh_));
     const double gather =
         options_.zero_stage == 3 ? 2 * zero3_gather_time(bytes, stored, mesh_, hw_) : 0.0;
     return {persistent, gather};
@@ -458,8 +469,6 @@ class Dp {
     }
     return collect(front);
   }
-
-  [[nodiscard]] std::size_t labels_created() const { return labels_created_; }
 
  private:
   static std::vector<Live>::iterator find(std::vector<Live>& v, std::int32_t t) {
@@ -668,19 +677,7 @@ class Dp {
   }
 
   // ---- groups ----
-  // The block input of group gi: the activation its ops read that was produced before the group.
-  TensorId block_input(std::int32_t gi) const {
-    const OpGroup& grp = g_.groups()[static_cast<std::size_t>(gi)];
-    for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
-      for (TensorId t : g_.ops()[static_cast<std::size_t>(k)].inputs) {
-        const TensorInfo& info = g_.tensor(t);
-        if (info.kind == TensorKind::activation && info.producer.valid() &&
-            info.producer.value < grp.first_op)
-          return t;
-      }
-    }
-    return TensorId{};
-  }
+  TensorId block_input(std::int32_t gi) const { return group_input(g_, gi); }
 
   // X_g of the open group: T_g, or A_g − input + T_g for a checkpointed block.
   static Label close(const Label& l, const State& state) {

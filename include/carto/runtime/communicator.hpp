@@ -42,6 +42,7 @@
 #include "carto/error.hpp"
 #include "carto/spec/dtype.hpp"
 #include "carto/spec/mesh.hpp"
+#include "carto/spec/sharding.hpp"
 
 namespace carto {
 
@@ -408,6 +409,13 @@ class MeshComms {
   [[nodiscard]] Communicator& axes(std::initializer_list<std::string_view> names) const {
     std::vector<std::size_t> list;
     for (std::string_view n : names) list.push_back(mesh_.index_of(AxisName(n)));
+    return find(list);
+  }
+  // The same for a list of axis names as a sharding spec holds them (a dim's axes, its Partial
+  // axes); the list must not be empty.
+  [[nodiscard]] Communicator& axes(const AxisList& names) const {
+    std::vector<std::size_t> list;
+    for (const AxisName& n : names) list.push_back(mesh_.index_of(n));
     return find(list);
   }
 

@@ -48,6 +48,17 @@ class CpuBackend final : public Backend {
   void layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                           ConstTensorView mean, ConstTensorView rstd, TensorView dx,
                           TensorView dgamma, TensorView dbeta) override;
+  void layernorm_partial_sums(ConstTensorView x, TensorView sums) override;
+  void layernorm_apply(ConstTensorView x, ConstTensorView sums, std::int64_t global_columns,
+                       ConstTensorView gamma, ConstTensorView beta, TensorView y, TensorView mean,
+                       TensorView rstd, const LayerNormArgs& args) override;
+  void layernorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                                       ConstTensorView mean, ConstTensorView rstd,
+                                       TensorView sums) override;
+  void layernorm_backward_apply(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                                ConstTensorView mean, ConstTensorView rstd, ConstTensorView sums,
+                                std::int64_t global_columns, TensorView dx, TensorView dgamma,
+                                TensorView dbeta) override;
 
   void softmax_forward(ConstTensorView x, TensorView y, const SoftmaxArgs& args) override;
   void softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,

@@ -1,7 +1,9 @@
 // The CPU backend's reductions along the last dim: layernorm and (scaled, masked) softmax.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <string_view>
 
 #include "cpu_backend.hpp"
 #include "kernel_checks.hpp"
@@ -15,16 +17,72 @@ using detail::require_numel;
 // ---- layernorm
 // -----------------------------------------------------------------------------------
 
+namespace {
+
+// Rows of a layernorm over the last dim: `columns` local columns per row.
+struct NormRows {
+  std::int64_t rows = 0, columns = 0;
+};
+
+// The element counts of a layernorm call's other views, by what they hold one value of.
+struct NormViews {
+  struct Counted {
+    std::string_view what;
+    std::int64_t numel = 0;
+  };
+  std::initializer_list<Counted> elements{};  // one per element of x (dy, y, dx)
+  std::initializer_list<Counted> columns{};   // one per local column (gamma, beta and gradients)
+  std::initializer_list<Counted> rows{};      // one per row (mean, rstd)
+  std::int64_t sums = -1;                     // numel of (rows..., 2) sums; -1: no sums
+};
+
+// Checks every view of a layernorm call against x (rows..., C) and returns its rows.
+NormRows check_norm(std::string_view call, const TensorShape& x, const NormViews& views) {
+  const std::int64_t c = last_extent(call, x);
+  CARTO_CHECK(c > 0, call, ": the normalized dim of ", x, " is empty");
+  const NormRows n{.rows = x.numel() / c, .columns = c};
+  for (const NormViews::Counted& v : views.elements)
+    require_numel(call, v.what, v.numel, x.numel());
+  for (const NormViews::Counted& v : views.columns) require_numel(call, v.what, v.numel, c);
+  for (const NormViews::Counted& v : views.rows) require_numel(call, v.what, v.numel, n.rows);
+  if (views.sums >= 0) require_numel(call, "sums (rows..., 2)", views.sums, 2 * n.rows);
+  return n;
+}
+
+// The global column count of the split layernorm.
+void require_global_columns(std::string_view call, std::int64_t global_columns, const NormRows& n) {
+  CARTO_CHECK(global_columns >= n.columns, call, ": ", global_columns,
+              " global columns cannot hold the ", n.columns, " local ones");
+}
+
+// y = (x - mu)·s·gamma + beta over one row.
+void normalize_row(const float* xr, const float* gamma, const float* beta, float mu, float s,
+                   float* yr, std::int64_t c) {
+  for (std::int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - mu) * s * gamma[j] + beta[j];
+}
+
+// One row of the backward from the row's g_mean = mean(dy·γ) and gx_mean = mean(dy·γ·x̂):
+// dx += s·(dy·γ − g_mean − x̂·gx_mean); dgamma += dy·x̂; dbeta += dy.
+void backward_row(const float* dyr, const float* xr, const float* gamma, float mu, float s,
+                  float g_mean, float gx_mean, float* dxr, float* dgamma, float* dbeta,
+                  std::int64_t c) {
+  for (std::int64_t j = 0; j < c; ++j) {
+    const float xhat = (xr[j] - mu) * s;
+    dxr[j] += s * (dyr[j] * gamma[j] - g_mean - xhat * gx_mean);
+    dgamma[j] += dyr[j] * xhat;
+    dbeta[j] += dyr[j];
+  }
+}
+
+}  // namespace
+
 void CpuBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, ConstTensorView beta,
                                    TensorView y, TensorView mean, TensorView rstd,
                                    const LayerNormArgs& args) {
-  const std::int64_t c = last_extent("layernorm_forward", x.shape());
-  const std::int64_t rows = x.numel() / c;
-  require_numel("layernorm_forward", "gamma", gamma.numel(), c);
-  require_numel("layernorm_forward", "beta", beta.numel(), c);
-  require_numel("layernorm_forward", "y", y.numel(), x.numel());
-  require_numel("layernorm_forward", "mean", mean.numel(), rows);
-  require_numel("layernorm_forward", "rstd", rstd.numel(), rows);
+  const auto [rows, c] = check_norm("layernorm_forward", x.shape(),
+                                    {.elements = {{"y", y.numel()}},
+                                     .columns = {{"gamma", gamma.numel()}, {"beta", beta.numel()}},
+                                     .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}}});
   const float* px = x.f32();
   const float* pg = gamma.f32();
   const float* pb = beta.f32();
@@ -39,7 +97,7 @@ void CpuBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, Con
     float squares = 0.0f;  // two passes: no cancellation between E[x²] and E[x]²
     for (std::int64_t j = 0; j < c; ++j) squares += (xr[j] - mu) * (xr[j] - mu);
     const float s = 1.0f / std::sqrt(squares / static_cast<float>(c) + args.epsilon);
-    for (std::int64_t j = 0; j < c; ++j) py[r * c + j] = (xr[j] - mu) * s * pg[j] + pb[j];
+    normalize_row(xr, pg, pb, mu, s, py + r * c, c);
     pmean[r] = mu;
     prstd[r] = s;
   }
@@ -48,15 +106,11 @@ void CpuBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, Con
 void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                                     ConstTensorView mean, ConstTensorView rstd, TensorView dx,
                                     TensorView dgamma, TensorView dbeta) {
-  const std::int64_t c = last_extent("layernorm_backward", x.shape());
-  const std::int64_t rows = x.numel() / c;
-  require_numel("layernorm_backward", "dy", dy.numel(), x.numel());
-  require_numel("layernorm_backward", "dx", dx.numel(), x.numel());
-  require_numel("layernorm_backward", "gamma", gamma.numel(), c);
-  require_numel("layernorm_backward", "dgamma", dgamma.numel(), c);
-  require_numel("layernorm_backward", "dbeta", dbeta.numel(), c);
-  require_numel("layernorm_backward", "mean", mean.numel(), rows);
-  require_numel("layernorm_backward", "rstd", rstd.numel(), rows);
+  const auto [rows, c] = check_norm(
+      "layernorm_backward", x.shape(),
+      {.elements = {{"dy", dy.numel()}, {"dx", dx.numel()}},
+       .columns = {{"gamma", gamma.numel()}, {"dgamma", dgamma.numel()}, {"dbeta", dbeta.numel()}},
+       .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}}});
   const float* pdy = dy.f32();
   const float* px = x.f32();
   const float* pg = gamma.f32();
@@ -77,14 +131,113 @@ void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, Const
       g_mean += g;
       gx_mean += g * (xr[j] - mu) * s;
     }
-    g_mean *= inv_c;
-    gx_mean *= inv_c;
-    for (std::int64_t j = 0; j < c; ++j) {
-      const float xhat = (xr[j] - mu) * s;
-      pdx[r * c + j] += s * (dyr[j] * pg[j] - g_mean - xhat * gx_mean);
-      pdg[j] += dyr[j] * xhat;
-      pdb[j] += dyr[j];
+    backward_row(dyr, xr, pg, mu, s, g_mean * inv_c, gx_mean * inv_c, pdx + r * c, pdg, pdb, c);
+  }
+}
+
+// ---- layernorm with the normalized dim split across devices
+// ---------------------------------------
+
+void CpuBackend::layernorm_partial_sums(ConstTensorView x, TensorView sums) {
+  const NormRows n = check_norm("layernorm_partial_sums", x.shape(), {.sums = sums.numel()});
+  const float* px = x.f32();
+  float* ps = sums.f32();
+  for (std::int64_t r = 0; r < n.rows; ++r) {
+    const float* xr = px + r * n.columns;
+    double sum = 0.0, squares = 0.0;  // fp32 squares are exact in double
+    for (std::int64_t j = 0; j < n.columns; ++j) {
+      const double v = xr[j];
+      sum += v;
+      squares += v * v;
     }
+    ps[2 * r] = static_cast<float>(sum);
+    ps[2 * r + 1] = static_cast<float>(squares);
+  }
+}
+
+void CpuBackend::layernorm_apply(ConstTensorView x, ConstTensorView sums,
+                                 std::int64_t global_columns, ConstTensorView gamma,
+                                 ConstTensorView beta, TensorView y, TensorView mean,
+                                 TensorView rstd, const LayerNormArgs& args) {
+  const NormRows n = check_norm("layernorm_apply", x.shape(),
+                                {.elements = {{"y", y.numel()}},
+                                 .columns = {{"gamma", gamma.numel()}, {"beta", beta.numel()}},
+                                 .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}},
+                                 .sums = sums.numel()});
+  require_global_columns("layernorm_apply", global_columns, n);
+  const float* px = x.f32();
+  const float* ps = sums.f32();
+  const float* pg = gamma.f32();
+  const float* pb = beta.f32();
+  float* py = y.f32();
+  float* pmean = mean.f32();
+  float* prstd = rstd.f32();
+  const double inv_c = 1.0 / static_cast<double>(global_columns);
+  for (std::int64_t r = 0; r < n.rows; ++r) {
+    // The per-row scalars in double: E[x²] − mean² loses no more than the fp32 sums carry.
+    const double mu = static_cast<double>(ps[2 * r]) * inv_c;
+    const double var = std::max(static_cast<double>(ps[2 * r + 1]) * inv_c - mu * mu, 0.0);
+    pmean[r] = static_cast<float>(mu);
+    prstd[r] = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(args.epsilon)));
+    normalize_row(px + r * n.columns, pg, pb, pmean[r], prstd[r], py + r * n.columns, n.columns);
+  }
+}
+
+void CpuBackend::layernorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x,
+                                                 ConstTensorView gamma, ConstTensorView mean,
+                                                 ConstTensorView rstd, TensorView sums) {
+  const NormRows n = check_norm("layernorm_backward_partial_sums", x.shape(),
+                                {.elements = {{"dy", dy.numel()}},
+                                 .columns = {{"gamma", gamma.numel()}},
+                                 .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}},
+                                 .sums = sums.numel()});
+  const float* pdy = dy.f32();
+  const float* px = x.f32();
+  const float* pg = gamma.f32();
+  const float* pmean = mean.f32();
+  const float* prstd = rstd.f32();
+  float* ps = sums.f32();
+  for (std::int64_t r = 0; r < n.rows; ++r) {
+    const float* xr = px + r * n.columns;
+    const float* dyr = pdy + r * n.columns;
+    const float mu = pmean[r], s = prstd[r];
+    double g_sum = 0.0, gx_sum = 0.0;
+    for (std::int64_t j = 0; j < n.columns; ++j) {
+      const float g = dyr[j] * pg[j];
+      g_sum += g;
+      gx_sum += static_cast<double>(g * ((xr[j] - mu) * s));
+    }
+    ps[2 * r] = static_cast<float>(g_sum);
+    ps[2 * r + 1] = static_cast<float>(gx_sum);
+  }
+}
+
+void CpuBackend::layernorm_backward_apply(ConstTensorView dy, ConstTensorView x,
+                                          ConstTensorView gamma, ConstTensorView mean,
+                                          ConstTensorView rstd, ConstTensorView sums,
+                                          std::int64_t global_columns, TensorView dx,
+                                          TensorView dgamma, TensorView dbeta) {
+  const NormRows n = check_norm(
+      "layernorm_backward_apply", x.shape(),
+      {.elements = {{"dy", dy.numel()}, {"dx", dx.numel()}},
+       .columns = {{"gamma", gamma.numel()}, {"dgamma", dgamma.numel()}, {"dbeta", dbeta.numel()}},
+       .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}},
+       .sums = sums.numel()});
+  require_global_columns("layernorm_backward_apply", global_columns, n);
+  const float* pdy = dy.f32();
+  const float* px = x.f32();
+  const float* pg = gamma.f32();
+  const float* pmean = mean.f32();
+  const float* prstd = rstd.f32();
+  const float* ps = sums.f32();
+  float* pdx = dx.f32();
+  float* pdg = dgamma.f32();
+  float* pdb = dbeta.f32();
+  const float inv_c = 1.0f / static_cast<float>(global_columns);
+  for (std::int64_t r = 0; r < n.rows; ++r) {
+    const std::int64_t at = r * n.columns;
+    backward_row(pdy + at, px + at, pg, pmean[r], prstd[r], ps[2 * r] * inv_c,
+                 ps[2 * r + 1] * inv_c, pdx + at, pdg, pdb, n.columns);
   }
 }
 

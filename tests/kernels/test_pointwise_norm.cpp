@@ -11,18 +11,86 @@ namespace {
 
 // ---- double references --------------------------------------------------------------------------
 
-std::vector<double> layernorm_ref(const std::vector<double>& x, const std::vector<double>& g,
-                                  const std::vector<double>& b, std::size_t c, double eps) {
-  std::vector<double> y(x.size());
+// Layernorm over rows of c in double: the output and the saved statistics.
+struct LayerNormRef {
+  std::vector<double> y, mean, rstd;
+};
+LayerNormRef layernorm_full_ref(const std::vector<double>& x, const std::vector<double>& g,
+                                const std::vector<double>& b, std::size_t c, double eps) {
+  LayerNormRef out{.y = std::vector<double>(x.size()),
+                   .mean = std::vector<double>(x.size() / c),
+                   .rstd = std::vector<double>(x.size() / c)};
   for (std::size_t r = 0; r < x.size() / c; ++r) {
     double mean = 0, var = 0;
     for (std::size_t j = 0; j < c; ++j) mean += x[r * c + j];
     mean /= static_cast<double>(c);
     for (std::size_t j = 0; j < c; ++j) var += (x[r * c + j] - mean) * (x[r * c + j] - mean);
     const double rstd = 1 / std::sqrt(var / static_cast<double>(c) + eps);
-    for (std::size_t j = 0; j < c; ++j) y[r * c + j] = (x[r * c + j] - mean) * rstd * g[j] + b[j];
+    for (std::size_t j = 0; j < c; ++j) {
+      out.y[r * c + j] = (x[r * c + j] - mean) * rstd * g[j] + b[j];
+    }
+    out.mean[r] = mean;
+    out.rstd[r] = rstd;
   }
-  return y;
+  return out;
+}
+
+std::vector<double> layernorm_ref(const std::vector<double>& x, const std::vector<double>& g,
+                                  const std::vector<double>& b, std::size_t c, double eps) {
+  return layernorm_full_ref(x, g, b, c, eps).y;
+}
+
+// The layernorm's gradients in double, in closed form (the whole-row kernel, checked against
+// central differences above, computes the same): x̂ = (x - mean)·rstd, g = dy·γ,
+// dx = rstd·(g - mean(g) - x̂·mean(g·x̂)), dgamma = Σ_rows dy·x̂, dbeta = Σ_rows dy.
+struct LayerNormGradRef {
+  std::vector<double> dx, dgamma, dbeta;
+};
+LayerNormGradRef layernorm_backward_ref(const std::vector<double>& dy, const std::vector<double>& x,
+                                        const std::vector<double>& g, const LayerNormRef& f,
+                                        std::size_t c) {
+  LayerNormGradRef out{.dx = std::vector<double>(x.size()),
+                       .dgamma = std::vector<double>(c),
+                       .dbeta = std::vector<double>(c)};
+  for (std::size_t r = 0; r < x.size() / c; ++r) {
+    double g_mean = 0, gx_mean = 0;
+    for (std::size_t j = 0; j < c; ++j) {
+      g_mean += dy[r * c + j] * g[j];
+      gx_mean += dy[r * c + j] * g[j] * (x[r * c + j] - f.mean[r]) * f.rstd[r];
+    }
+    g_mean /= static_cast<double>(c);
+    gx_mean /= static_cast<double>(c);
+    for (std::size_t j = 0; j < c; ++j) {
+      const double xhat = (x[r * c + j] - f.mean[r]) * f.rstd[r];
+      out.dx[r * c + j] = f.rstd[r] * (dy[r * c + j] * g[j] - g_mean - xhat * gx_mean);
+      out.dgamma[j] += dy[r * c + j] * xhat;
+      out.dbeta[j] += dy[r * c + j];
+    }
+  }
+  return out;
+}
+
+// Columns [begin, begin + count) of every row of a (rows, c) matrix, and the way back.
+std::vector<float> columns_of(const std::vector<float>& v, std::size_t c, std::size_t begin,
+                              std::size_t count) {
+  std::vector<float> out;
+  for (std::size_t r = 0; r < v.size() / c; ++r) {
+    out.insert(out.end(), v.begin() + static_cast<std::ptrdiff_t>(r * c + begin),
+               v.begin() + static_cast<std::ptrdiff_t>(r * c + begin + count));
+  }
+  return out;
+}
+void place_columns(const std::vector<float>& part, std::size_t c, std::size_t begin,
+                   std::vector<float>& whole) {
+  const std::size_t count = part.size() / (whole.size() / c);
+  for (std::size_t r = 0; r < whole.size() / c; ++r) {
+    for (std::size_t j = 0; j < count; ++j) whole[r * c + begin + j] = part[r * count + j];
+  }
+}
+
+// Both results are within their own tolerance of the exact value, so within the sum of each other.
+Tolerance combined(Tolerance a, Tolerance b) {
+  return {.atol = a.atol + b.atol, .rtol = a.rtol + b.rtol};
 }
 
 // softmax(scale · x) over rows of `keys`, row r being query (q0 + r % queries) with keys from k0.
@@ -84,6 +152,152 @@ TEST_CASE("layernorm forward and backward", "[kernels][layernorm]") {
   // dgamma and dbeta sum over the 12 rows, each term from C-term statistics.
   CARTO_CHECK_CLOSE("layernorm dgamma", gg.download(), rg, fp32_chain(C + 12 + 8, max_abs(rg)));
   CARTO_CHECK_CLOSE("layernorm dbeta", gb.download(), rb, fp32_chain(12 + 2, max_abs(rb)));
+}
+
+TEST_CASE("layernorm with the normalized dim split into 2 and 4 pieces equals the whole-row one",
+          "[kernels][layernorm]") {
+  cpu::CpuBackend cpu;
+  Backend& backend = cpu;
+  constexpr std::size_t C = 32, R = 12;
+  const TensorShape xs{{"b", 3}, {"s", 4}, {"h", C}}, ps{{"h", C}}, rows{{"b", 3}, {"s", 4}};
+  // x ~ N(1, 2²): a mean away from zero, so the one-pass variance's cancellation is exercised.
+  std::vector<float> x = random_normal(xs.numel(), 60, 2.0f);
+  for (float& v : x) v += 1.0f;
+  const std::vector<float> g = random_normal(C, 61), b = random_normal(C, 62),
+                           w = random_normal(xs.numel(), 63);
+  const float eps = 1e-5f;
+
+  // The whole-row kernels, as the first test checks them.
+  DeviceTensor whole_x(backend, xs, x), whole_g(backend, ps, g), whole_b(backend, ps, b),
+      whole_y(backend, xs), whole_mean(backend, rows), whole_rstd(backend, rows),
+      whole_dy(backend, xs, w);
+  DeviceTensor whole_dx = zeros(backend, xs), whole_dg = zeros(backend, ps),
+               whole_db = zeros(backend, ps);
+  backend.layernorm_forward(whole_x, whole_g, whole_b, whole_y, whole_mean, whole_rstd,
+                            {.epsilon = eps});
+  backend.layernorm_backward(whole_dy, whole_x, whole_g, whole_mean, whole_rstd, whole_dx, whole_dg,
+                             whole_db);
+
+  const LayerNormRef ref = layernorm_full_ref(to_double(x), to_double(g), to_double(b), C, eps);
+  const LayerNormGradRef grad =
+      layernorm_backward_ref(to_double(w), to_double(x), to_double(g), ref, C);
+  // kappa bounds how much E[x²] − mean² amplifies the sums' relative error in the variance:
+  // |δvar| <= δ·(E[x²] + 2|mean|·E|x|) for sums off by a relative δ of their Σ|terms|; 3.3 for
+  // the worst of these rows (a row whose mean is large beside its spread).
+  double kappa = 0, mean_abs = 0;
+  for (std::size_t r = 0; r < R; ++r) {
+    double abs = 0, squares = 0;
+    for (std::size_t j = 0; j < C; ++j) {
+      abs += std::fabs(double{x[r * C + j]});
+      squares += double{x[r * C + j]} * x[r * C + j];
+    }
+    abs /= C;
+    squares /= C;
+    const double var = 1 / (ref.rstd[r] * ref.rstd[r]);
+    kappa = std::max(kappa, (squares + 2 * std::fabs(ref.mean[r]) * abs) / var);
+    mean_abs = std::max(mean_abs, abs);
+  }
+  INFO("kappa " << kappa);
+
+  for (const std::size_t pieces : {std::size_t{2}, std::size_t{4}}) {
+    INFO(pieces << " pieces");
+    const std::size_t local = C / pieces;
+    const auto extent = static_cast<std::int64_t>(local);
+    const TensorShape ls{{"b", 3}, {"s", 4}, {"h", extent}}, lp{{"h", extent}},
+        sums_shape{{"b", 3}, {"s", 4}, {"sums", 2}};
+    std::vector<DeviceTensor> px, pg, pb, pdy;
+    for (std::size_t p = 0; p < pieces; ++p) {
+      px.emplace_back(backend, ls, columns_of(x, C, p * local, local));
+      pg.emplace_back(backend, lp, columns_of(g, C, p * local, local));
+      pb.emplace_back(backend, lp, columns_of(b, C, p * local, local));
+      pdy.emplace_back(backend, ls, columns_of(w, C, p * local, local));
+    }
+    // What the all-reduce does: the pieces' sums added in fp32, in rank order.
+    const auto all_reduce = [&](const auto& partial) {
+      std::vector<float> total(2 * R, 0.0f);
+      for (std::size_t p = 0; p < pieces; ++p) {
+        DeviceTensor sums(backend, sums_shape);
+        partial(p, sums);
+        const std::vector<float> mine = sums.download();
+        for (std::size_t i = 0; i < total.size(); ++i) total[i] += mine[i];
+      }
+      return DeviceTensor(backend, sums_shape, total);
+    };
+
+    const DeviceTensor forward_sums = all_reduce(
+        [&](std::size_t p, DeviceTensor& sums) { backend.layernorm_partial_sums(px[p], sums); });
+    std::vector<float> y(x.size()), dx(x.size()), dg(C), db(C), mean, rstd;
+    std::vector<DeviceTensor> pmean, prstd;
+    for (std::size_t p = 0; p < pieces; ++p) {
+      DeviceTensor py(backend, ls);
+      pmean.emplace_back(backend, rows);
+      prstd.emplace_back(backend, rows);
+      backend.layernorm_apply(px[p], forward_sums, C, pg[p], pb[p], py, pmean[p], prstd[p],
+                              {.epsilon = eps});
+      place_columns(py.download(), C, p * local, y);
+      if (p == 0) {
+        mean = pmean[p].download();
+        rstd = prstd[p].download();
+      }
+      // Every piece derives the same statistics from the same sums.
+      CHECK(pmean[p].download() == mean);
+      CHECK(prstd[p].download() == rstd);
+    }
+    const DeviceTensor backward_sums = all_reduce([&](std::size_t p, DeviceTensor& sums) {
+      backend.layernorm_backward_partial_sums(pdy[p], px[p], pg[p], pmean[p], prstd[p], sums);
+    });
+    for (std::size_t p = 0; p < pieces; ++p) {
+      DeviceTensor pdx = zeros(backend, ls), pdg = zeros(backend, lp), pdb = zeros(backend, lp);
+      backend.layernorm_backward_apply(pdy[p], px[p], pg[p], pmean[p], prstd[p], backward_sums, C,
+                                       pdx, pdg, pdb);
+      place_columns(pdx.download(), C, p * local, dx);
+      place_columns(pdg.download(), C, p * local, dg);
+      place_columns(pdb.download(), C, p * local, db);
+    }
+
+    // Tolerances. The sums are exact in double, then rounded once to fp32 and added over the
+    // pieces: pieces + 1 roundings relative to Σ|terms| (mean: one more for the division). The
+    // variance amplifies that by kappa; rstd adds the sqrt and the division (2 roundings).
+    const auto sums_chain = static_cast<std::int64_t>(pieces) + 1;
+    const auto rstd_chain = static_cast<std::int64_t>(std::ceil(kappa * double(sums_chain))) + 2;
+    const Tolerance t_mean = fp32_chain(sums_chain + 1, mean_abs);
+    const Tolerance t_rstd = fp32_chain(rstd_chain, max_abs(ref.rstd));
+    // y: x - mean, two products and a sum after rstd.
+    const Tolerance t_y = fp32_chain(rstd_chain + 4, max_abs(ref.y));
+    // dx: x̂ carries rstd's error; the backward sums add their own chain and 6 roundings follow.
+    const Tolerance t_dx = fp32_chain(2 * rstd_chain + sums_chain + 8, max_abs(grad.dx));
+    // dgamma: a sum over the R rows of dy·x̂; dbeta: the same R-term sum as the whole-row kernel.
+    const Tolerance t_dg = fp32_chain(rstd_chain + R + 4, max_abs(grad.dgamma));
+    const Tolerance t_db = fp32_chain(R + 2, max_abs(grad.dbeta));
+    CARTO_CHECK_CLOSE("split mean", mean, ref.mean, t_mean);
+    CARTO_CHECK_CLOSE("split rstd", rstd, ref.rstd, t_rstd);
+    CARTO_CHECK_CLOSE("split y", y, ref.y, t_y);
+    CARTO_CHECK_CLOSE("split dx", dx, grad.dx, t_dx);
+    CARTO_CHECK_CLOSE("split dgamma", dg, grad.dgamma, t_dg);
+    CARTO_CHECK_CLOSE("split dbeta", db, grad.dbeta, t_db);
+
+    // Against the whole-row kernels, each within the first test's tolerances of the exact values
+    // (C-term float sums: chains C + 6, 2C + 8, C + R + 8, R + 2).
+    CARTO_CHECK_CLOSE("split vs whole y", y, to_double(whole_y.download()),
+                      combined(t_y, fp32_chain(C + 6, max_abs(ref.y))));
+    CARTO_CHECK_CLOSE("split vs whole mean", mean, to_double(whole_mean.download()),
+                      combined(t_mean, fp32_chain(C + 1, mean_abs)));
+    CARTO_CHECK_CLOSE("split vs whole rstd", rstd, to_double(whole_rstd.download()),
+                      combined(t_rstd, fp32_chain(C + 4, max_abs(ref.rstd))));
+    CARTO_CHECK_CLOSE("split vs whole dx", dx, to_double(whole_dx.download()),
+                      combined(t_dx, fp32_chain(2 * C + 8, max_abs(grad.dx))));
+    CARTO_CHECK_CLOSE("split vs whole dgamma", dg, to_double(whole_dg.download()),
+                      combined(t_dg, fp32_chain(C + R + 8, max_abs(grad.dgamma))));
+    CARTO_CHECK_CLOSE("split vs whole dbeta", db, to_double(whole_db.download()),
+                      combined(t_db, fp32_chain(R + 2, max_abs(grad.dbeta))));
+  }
+
+  DeviceTensor bad_sums(backend, {{"b", 3}, {"s", 4}, {"sums", 3}});
+  CHECK_THROWS_AS(backend.layernorm_partial_sums(whole_x, bad_sums), Error);
+  DeviceTensor sums(backend, {{"b", 3}, {"s", 4}, {"sums", 2}});
+  CHECK_THROWS_AS(backend.layernorm_apply(whole_x, sums, C - 1, whole_g, whole_b, whole_y,
+                                          whole_mean, whole_rstd, {}),
+                  Error);
 }
 
 TEST_CASE("softmax forward and backward, scaled, with and without the causal mask",

@@ -335,6 +335,34 @@ class Backend {
                                   ConstTensorView mean, ConstTensorView rstd, TensorView dx,
                                   TensorView dgamma, TensorView dbeta) = 0;
 
+  // ---- layernorm with the normalized (last) dim split across devices: x holds C_local of the
+  // global C columns; the executor all-reduces `sums` between the partial and apply calls ----
+  // The variance is E[x²] − mean², from one all-reduce of (Σx, Σx²) instead of two (mean, then
+  // Σ(x − mean)²). The subtraction cancels: its relative error is about u·C·(1 + mean²/var) with u
+  // the fp32 unit roundoff (2^-24) and C the terms in a sum, so for activations of order 1 (the
+  // residual stream a transformer normalizes, |mean| a fraction of the spread) it stays within a
+  // few times the two-pass form's error; it degrades only when |mean| ≫ the standard deviation.
+  // Implementations accumulate each row's sums in double, which makes the sums exact to fp32
+  // before they are rounded for the all-reduce.
+  // sums (rows..., 2) = (Σ x, Σ x²) over the local columns.
+  virtual void layernorm_partial_sums(ConstTensorView x, TensorView sums) = 0;
+  // From the global sums: mean, rstd (rows...) and y = (x - mean)·rstd·gamma + beta on the local
+  // columns; gamma, beta (C_local).
+  virtual void layernorm_apply(ConstTensorView x, ConstTensorView sums, std::int64_t global_columns,
+                               ConstTensorView gamma, ConstTensorView beta, TensorView y,
+                               TensorView mean, TensorView rstd, const LayerNormArgs& args) = 0;
+  // sums (rows..., 2) = (Σ dy·γ, Σ dy·γ·x̂) over the local columns.
+  virtual void layernorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x,
+                                               ConstTensorView gamma, ConstTensorView mean,
+                                               ConstTensorView rstd, TensorView sums) = 0;
+  // From the global sums: dx += rstd·(dy·γ − (Σdyγ + x̂·Σdyγx̂)/C); dgamma += Σ_rows dy·x̂;
+  // dbeta += Σ_rows dy (local columns).
+  virtual void layernorm_backward_apply(ConstTensorView dy, ConstTensorView x,
+                                        ConstTensorView gamma, ConstTensorView mean,
+                                        ConstTensorView rstd, ConstTensorView sums,
+                                        std::int64_t global_columns, TensorView dx,
+                                        TensorView dgamma, TensorView dbeta) = 0;
+
   // ---- softmax over the last dim (x, y: (..., Sq, Sk); y may be x) ----
   virtual void softmax_forward(ConstTensorView x, TensorView y, const SoftmaxArgs& args) = 0;
   // dx += scale · y ∘ (dy - Σ_k dy ∘ y).

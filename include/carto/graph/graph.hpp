@@ -112,7 +112,7 @@ struct Op {
   StaticVector<TensorId, 3> inputs{};
   TensorId output{};
   Einsum einsum{};                      // einsum only
-  std::size_t dim = 0;                  // softmax, layernorm: the reduced dim
+  std::size_t dim = 0;                  // softmax, layernorm: the reduced dim; split_heads: the part
   double probability = 0.0;             // dropout, fused_attention: the drop probability
   double factor = 1.0;                  // scale, fused_attention: the multiplier
   Masking masking = Masking::none;      // softmax, fused_attention
@@ -322,7 +322,10 @@ class Graph {
     return add_op(op, tensor(q).shape, tensor(q).dtype);
   }
 
-  // Views: (B, S, parts·H) -> part `part` as (B, heads, S, H/heads).
+  // Views: (B, S, parts·H) -> part `part` as (B, heads, S, H/heads). The fused dim is ordered
+  // per head, as Megatron-LM lays out its fused QKV projection: column (head, part, j) is
+  // head·parts·d + part·d + j, so a contiguous split of the fused dim into t pieces (t dividing
+  // heads) gives each piece whole heads with all their parts, and the split is a heads split.
   constexpr TensorId split_heads(TensorId x, std::int64_t parts, std::int64_t part,
                                  std::int64_t heads) {
     const TensorShape& s = tensor(x).shape;
@@ -332,8 +335,10 @@ class Graph {
                    " heads: needs (B, S, F) with F divisible by parts*heads and 0 <= part < parts");
     }
     const std::int64_t d = s.dims()[2].extent / (parts * heads);
-    return view_op(x, ViewKind::split_heads,
-                   {s.dims()[0], {"heads", heads}, s.dims()[1], {"head_dim", d}});
+    const TensorId out = view_op(x, ViewKind::split_heads,
+                                 {s.dims()[0], {"heads", heads}, s.dims()[1], {"head_dim", d}});
+    ops_.back().dim = static_cast<std::size_t>(part);
+    return out;
   }
   // (B, heads, S, d) -> (B, S, heads·d) named `name`.
   constexpr TensorId merge_heads(TensorId x, DimName name) {

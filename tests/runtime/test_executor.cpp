@@ -1,0 +1,429 @@
+// The sharded executor computes the function one device computes: a 2-layer GPT trained 5 steps
+// under random plans, searched plans and Megatron-style plans, with checkpointing and each ZeRO
+// stage, on meshes of 1, 2, 4, 2x2 and 2x2x2 thread ranks, ends with the single-device losses and
+// parameters.
+//
+// Tolerances: fp32 everywhere. A sharded run sums the same products in another order (a split
+// contraction adds partial sums, an all-reduce adds ranks in its own order), so each value differs
+// from the single-device one by rounding: |Δ| ≲ n·ε·Σ|terms| for sums of n terms, ε = 6e-8. After
+// 5 AdamW steps (lr 1e-3, each update at most lr per element) the parameters of the two runs may
+// drift apart by rounding amplified through the normalized update m̂/(√v̂+ε): an element whose
+// gradient is ~0 can flip its update sign, so parameters agree to 1e-4 absolute (a tenth of one
+// update) and the losses to 1e-4 relative. A wrong plan (a missed all-reduce, a wrong slice, a
+// wrong dropout mask) changes values by the size of the values themselves (~1e-2 .. 1).
+#include <algorithm>
+#include <carto/cost/hardware.hpp>
+#include <carto/layers/gpt.hpp>
+#include <carto/runtime/executor.hpp>
+#include <carto/runtime/thread_comm.hpp>
+#include <carto/runtime/trainer.hpp>
+#include <carto/search/brute_force.hpp>
+#include <carto/search/plan.hpp>
+#include <carto/search/strategy.hpp>
+#include <carto/spec/text.hpp>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cpu/cpu_backend.hpp>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/megatron_plan.hpp"
+
+using namespace carto;
+
+namespace {
+
+constexpr GptConfig kTiny{
+    .name = "tiny", .layers = 2, .hidden = 16, .heads = 4, .vocab = 24, .seq = 8};
+
+Graph tiny_graph(std::int64_t batch, AttentionKind attention = AttentionKind::materialized,
+                 double dropout = 0.1) {
+  return build_gpt(
+      kTiny,
+      {.batch = batch, .precision = Precision::fp32, .attention = attention, .dropout = dropout});
+}
+
+TokenBatch random_batch(std::int64_t batch, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(kTiny.vocab) - 1);
+  TokenBatch b{.batch = batch, .seq = kTiny.seq};
+  for (std::int64_t i = 0; i < batch * kTiny.seq; ++i) {
+    b.ids.push_back(token(gen));
+    b.targets.push_back(token(gen));
+  }
+  return b;
+}
+
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> params;
+  std::int64_t peak_bytes = 0;  // rank 0
+};
+
+// Trains `steps` steps of `plan` on thread ranks; rank 0's view of the losses and parameters.
+RunResult train(const Graph& g, const Plan& plan, int steps, std::int64_t global_batch) {
+  RunResult out;
+  std::mutex mutex;
+  const HardwareProfile hw = hardware::h100();
+  run_threads(static_cast<int>(plan.mesh.num_devices()), [&](Communicator& world) {
+    cpu::CpuBackend backend;
+    MeshComms comms(world, plan.mesh);
+    Trainer trainer(g, plan, backend, comms, hw, {.seed = 77});
+    trainer.memory().reset_peak();  // the set-up's temporaries are not part of a step
+    std::vector<double> losses;
+    for (int s = 0; s < steps; ++s) {
+      losses.push_back(
+          trainer.step(random_batch(global_batch, 1000 + static_cast<std::uint32_t>(s))));
+    }
+    std::vector<std::vector<float>> params;
+    for (TensorId t : trainer.executor().parameters())
+      params.push_back(trainer.executor().parameter(t));
+    if (world.rank() == 0) {
+      std::lock_guard lock(mutex);
+      out.losses = losses;
+      out.params = params;
+      out.peak_bytes = trainer.memory().peak_bytes();
+    }
+  });
+  return out;
+}
+
+// A plan with given strategies (indices) on a mesh.
+Plan make_plan(const Graph& g, const DeviceMesh& mesh, std::vector<std::size_t> strategy,
+               int zero = 0, std::int64_t micro = 1, bool checkpoint = false) {
+  Plan p;
+  p.mesh = mesh;
+  p.zero_stage = zero;
+  p.micro_batches = micro;
+  p.strategy = std::move(strategy);
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    PlanOp op;
+    const std::int32_t grp = g.ops()[k].group;
+    op.checkpointed =
+        checkpoint && grp >= 0 &&
+        g.groups()[static_cast<std::size_t>(grp)].kind == GroupKind::transformer_block;
+    p.ops.push_back(op);
+  }
+  return p;
+}
+
+// Every op's fully replicated strategy (the single-device plan on any mesh).
+std::vector<std::size_t> replicated_strategies(const Graph& g, const DeviceMesh& mesh) {
+  std::vector<std::size_t> out;
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    const auto all = enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh,
+                                          {.precision = Precision::fp32});
+    std::size_t pick = all.size();
+    for (std::size_t i = 0; i < all.size() && pick == all.size(); ++i) {
+      bool replicated = all[i].sharding.output.is_replicated();
+      for (const ShardingSpec& s : all[i].sharding.inputs)
+        replicated = replicated && s.is_replicated();
+      if (replicated) pick = i;
+    }
+    REQUIRE(pick < all.size());
+    out.push_back(pick);
+  }
+  return out;
+}
+
+std::vector<std::size_t> random_strategies(const Graph& g, const DeviceMesh& mesh,
+                                           std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<std::size_t> out;
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    const auto n = enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh,
+                                        {.precision = Precision::fp32})
+                       .size();
+    out.push_back(std::uniform_int_distribution<std::size_t>(0, n - 1)(gen));
+  }
+  return out;
+}
+
+void check_same(const RunResult& got, const RunResult& want, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.losses.size() == want.losses.size());
+  for (std::size_t s = 0; s < want.losses.size(); ++s) {
+    INFO("step " << s << ": loss " << got.losses[s] << " vs " << want.losses[s]);
+    CHECK(std::abs(got.losses[s] - want.losses[s]) <= 1e-4 * std::abs(want.losses[s]));
+  }
+  REQUIRE(got.params.size() == want.params.size());
+  double worst = 0;
+  std::size_t worst_param = 0;
+  for (std::size_t p = 0; p < want.params.size(); ++p) {
+    REQUIRE(got.params[p].size() == want.params[p].size());
+    for (std::size_t i = 0; i < want.params[p].size(); ++i) {
+      const double d = std::abs(static_cast<double>(got.params[p][i]) - want.params[p][i]);
+      if (d > worst) worst = d, worst_param = p;
+    }
+  }
+  INFO("largest parameter difference " << worst << " in parameter " << worst_param);
+  CHECK(worst <= 1e-4);
+}
+
+}  // namespace
+
+TEST_CASE("one device: the loss falls and parameters move", "[executor]") {
+  const Graph g = tiny_graph(4);
+  const DeviceMesh mesh = parse_mesh("1");
+  const RunResult r = train(g, make_plan(g, mesh, replicated_strategies(g, mesh)), 5, 4);
+  REQUIRE(r.losses.size() == 5);
+  // Initial loss near ln(V) for GPT-2's small initialisation.
+  CHECK(std::abs(r.losses[0] - std::log(static_cast<double>(kTiny.vocab))) < 0.2);
+  for (double l : r.losses) CHECK(std::isfinite(l));
+}
+
+namespace {
+
+struct GradResult {
+  double loss = 0;
+  std::vector<std::vector<float>> grads;
+};
+
+// One forward/backward of `strategy` on thread ranks; the loss and every parameter gradient.
+GradResult gradients(const Graph& g, const DeviceMesh& mesh,
+                     const std::vector<std::size_t>& strategy, const TokenBatch& batch) {
+  GradResult out;
+  std::mutex mutex;
+  const HardwareProfile hw = hardware::h100();
+  run_threads(static_cast<int>(mesh.num_devices()), [&](Communicator& world) {
+    cpu::CpuBackend backend;
+    MeshComms comms(world, mesh);
+    std::vector<Strategy> st;
+    for (std::size_t k = 0; k < g.num_ops(); ++k) {
+      st.push_back(enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh,
+                                        {.precision = Precision::fp32})
+                       .at(strategy[k]));
+    }
+    Executor ex(g, mesh, st, backend, comms, hw, {.seed = 5});
+    std::vector<HostInput> inputs(2);
+    inputs[0].tensor = TensorId{0};
+    inputs[0].ids = batch.ids;
+    inputs[1].tensor = TensorId{1};
+    inputs[1].ids = batch.targets;
+    const double loss = ex.forward_backward(inputs);
+    ex.finish_gradients();
+    std::vector<std::vector<float>> grads;
+    for (TensorId t : ex.parameters()) grads.push_back(ex.gradient(t));
+    if (world.rank() == 0) {
+      std::lock_guard lock(mutex);
+      out.loss = loss;
+      out.grads = grads;
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every strategy of every op on (2), (4) and (2x2) equals one device", "[executor]") {
+  const Graph g = tiny_graph(4);
+  const TokenBatch batch = random_batch(4, 9);
+  const GradResult ref =
+      gradients(g, parse_mesh("1"), replicated_strategies(g, parse_mesh("1")), batch);
+  const std::vector<std::string> names = op_names(g);
+  std::int64_t runs = 0, failures = 0;
+  for (const char* m : {"2"}) {
+    const DeviceMesh mesh = parse_mesh(m);
+    const std::vector<std::size_t> base = replicated_strategies(g, mesh);
+    for (std::size_t k = 0; k < g.num_ops(); ++k) {
+      const auto all = enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh,
+                                            {.precision = Precision::fp32});
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        std::vector<std::size_t> strategy = base;
+        strategy[k] = i;
+        const GradResult got = gradients(g, mesh, strategy, batch);
+        ++runs;
+        double worst = std::abs(got.loss - ref.loss);
+        for (std::size_t p = 0; p < ref.grads.size(); ++p)
+          for (std::size_t e = 0; e < ref.grads[p].size(); ++e)
+            worst =
+                std::max(worst, static_cast<double>(std::abs(got.grads[p][e] - ref.grads[p][e])));
+        if (worst > 1e-5) {
+          ++failures;
+          UNSCOPED_INFO("mesh " << m << " " << names[k] << " " << to_string(all[i]) << ": loss "
+                                << got.loss << " vs " << ref.loss << ", largest difference "
+                                << worst);
+        }
+      }
+    }
+  }
+  INFO(runs << " runs");
+  CHECK(failures == 0);
+}
+
+namespace {
+
+struct MatrixRow {
+  std::string plan;
+  std::int64_t predicted = 0;
+  std::int64_t measured = 0;
+  bool parity = false;
+};
+
+Plan searched_plan(const Graph& g, const DeviceMesh& mesh, std::int64_t budget, int zero,
+                   std::int64_t micro, const HardwareProfile& hw) {
+  const DpOptions dp{.precision = Precision::fp32, .zero_stage = zero, .micro_batches = micro};
+  const DpResult r = dp_frontier(g, mesh, hw, dp);
+  REQUIRE(!r.frontier.empty());
+  const DpPoint* best = &r.frontier.back();  // the least memory
+  for (const DpPoint& p : r.frontier) {
+    if (p.peak_bytes <= budget) {
+      best = &p;
+      break;
+    }
+  }
+  Plan plan;
+  detail::describe_plan(plan, g, mesh, hw, dp, *best);
+  return plan;
+}
+
+}  // namespace
+
+TEST_CASE("parity and memory matrix: sharded training equals one device", "[executor]") {
+  const HardwareProfile hw = hardware::h100();
+  constexpr std::int64_t kBatch = 4;
+  std::vector<MatrixRow> rows;
+  std::map<std::int64_t, RunResult> reference;  // by micro-batch count
+  auto reference_for = [&](std::int64_t micro) -> const RunResult& {
+    if (!reference.contains(micro)) {
+      const Graph g = tiny_graph(kBatch / micro);
+      const DeviceMesh one = parse_mesh("1");
+      reference[micro] =
+          train(g, make_plan(g, one, replicated_strategies(g, one), 0, micro), 5, kBatch);
+    }
+    return reference[micro];
+  };
+  auto run = [&](const Graph& g, const Plan& plan, const std::string& name) {
+    const RunResult got = train(g, plan, 5, kBatch);
+    const PointCost predicted = evaluate_point(g, plan.mesh, hw,
+                                               DpOptions{.precision = Precision::fp32,
+                                                         .zero_stage = plan.zero_stage,
+                                                         .micro_batches = plan.micro_batches},
+                                               plan.strategy, plan_checkpoints(g, plan));
+    check_same(got, reference_for(plan.micro_batches), name);
+    rows.push_back({.plan = name,
+                    .predicted = predicted.peak_bytes,
+                    .measured = got.peak_bytes,
+                    .parity = true});
+  };
+
+  // Random plans (any strategy for any op), with ZeRO stages, checkpointing and micro-batches.
+  std::uint32_t seed = 1;
+  for (const char* m : {"2", "4", "2x2", "2x2x2"}) {
+    const DeviceMesh mesh = parse_mesh(m);
+    for (int zero = 0; zero <= 3; ++zero) {
+      const std::int64_t micro = zero % 2 == 1 ? 2 : 1;
+      const bool ckpt = zero >= 2;
+      const Graph g = tiny_graph(kBatch / micro);
+      const Plan plan = make_plan(g, mesh, random_strategies(g, mesh, seed), zero, micro, ckpt);
+      run(g, plan,
+          std::string("random#") + std::to_string(seed) + " mesh " + m + " zero " +
+              std::to_string(zero) + " micro " + std::to_string(micro) + (ckpt ? " ckpt" : ""));
+      ++seed;
+    }
+  }
+  // Megatron-style pinned plans: data parallel over dp, tensor parallel over tp.
+  for (const char* m : {"tp=2", "tp=4", "dp=2,tp=2", "dp=2,tp=2,z=2"}) {
+    const DeviceMesh mesh = parse_mesh(m);
+    for (int zero = 0; zero <= 3; ++zero) {
+      for (bool ckpt : {false, true}) {
+        const Graph g = tiny_graph(kBatch);
+        const Plan plan = make_plan(g, mesh,
+                                    testing::megatron_strategy_indices(
+                                        g, mesh, kTiny.hidden, testing::SequenceParallel::off),
+                                    zero, 1, ckpt);
+        run(g, plan,
+            std::string("megatron mesh ") + m + " zero " + std::to_string(zero) +
+                (ckpt ? " ckpt" : ""));
+      }
+    }
+  }
+  // Plans the search picks for three budgets: the fastest plan, one in between, the leanest.
+  for (const char* m : {"2", "4"}) {
+    const DeviceMesh mesh = parse_mesh(m);
+    const Graph g = tiny_graph(kBatch);
+    const DpResult r = dp_frontier(g, mesh, hw, {.precision = Precision::fp32});
+    REQUIRE(!r.frontier.empty());
+    const std::int64_t most = r.frontier.front().peak_bytes;
+    const std::int64_t least = r.frontier.back().peak_bytes;
+    for (const std::int64_t budget : {most, (most + least) / 2, least}) {
+      const Plan plan = searched_plan(g, mesh, budget, 0, 1, hw);
+      run(g, plan, std::string("searched mesh ") + m + " budget " + std::to_string(budget));
+    }
+  }
+
+  // The memory table: measured peak per rank against the prediction of the same plan.
+  std::ostringstream table;
+  table << "plan | predicted bytes | measured bytes | measured/predicted\n";
+  int over = 0;
+  for (const MatrixRow& r : rows) {
+    const double ratio = static_cast<double>(r.measured) / static_cast<double>(r.predicted);
+    table << r.plan << " | " << r.predicted << " | " << r.measured << " | " << ratio << "\n";
+    if (std::abs(ratio - 1.0) > 0.05) ++over;
+  }
+  WARN(table.str());
+  CHECK(over == 0);
+}
+
+TEST_CASE("debug: minimal failing random plan", "[.debug]") {
+  const Graph g = tiny_graph(4);
+  const TokenBatch batch = random_batch(4, 9);
+  const GradResult ref =
+      gradients(g, parse_mesh("1"), replicated_strategies(g, parse_mesh("1")), batch);
+  const DeviceMesh mesh = parse_mesh("2");
+  const std::vector<std::string> names = op_names(g);
+  std::vector<std::size_t> plan = random_strategies(g, mesh, 1);
+  const std::vector<std::size_t> base = replicated_strategies(g, mesh);
+  auto bad = [&](const std::vector<std::size_t>& s) {
+    const GradResult got = gradients(g, mesh, s, batch);
+    return std::abs(got.loss - ref.loss) > 1e-5;
+  };
+  REQUIRE(bad(plan));
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    std::vector<std::size_t> t = plan;
+    t[k] = base[k];
+    if (bad(t)) plan = t;
+  }
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    if (plan[k] != base[k]) {
+      const auto all = enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh,
+                                            {.precision = Precision::fp32});
+      WARN(names[k] << " " << to_string(all[plan[k]]));
+    }
+  }
+}
+
+TEST_CASE("debug: memory", "[.debug]") {
+  const Graph g = tiny_graph(4);
+  const DeviceMesh mesh = parse_mesh("1");
+  const HardwareProfile hw = hardware::h100();
+  for (int zero : {0}) {
+    for (bool ckpt : {false, true}) {
+      const Plan plan = make_plan(g, mesh, replicated_strategies(g, mesh), zero, 1, ckpt);
+      const PointCost c = evaluate_point(
+          g, mesh, hw,
+          DpOptions{.precision = Precision::fp32, .zero_stage = zero, .micro_batches = 1},
+          plan.strategy, plan_checkpoints(g, plan));
+      std::int64_t measured = 0;
+      MemoryBreakdown at;
+      run_threads(1, [&](Communicator& world) {
+        cpu::CpuBackend backend;
+        MeshComms comms(world, mesh);
+        Trainer trainer(g, plan, backend, comms, hw);
+        trainer.step(random_batch(4, 1));
+        trainer.memory().reset_peak();
+        trainer.step(random_batch(4, 2));
+        measured = trainer.memory().peak_bytes();
+        at = trainer.memory().at_peak();
+      });
+      WARN("zero " << zero << " ckpt " << ckpt << ": predicted " << c.peak_bytes << " (P "
+                   << c.persistent_bytes << " K " << c.kept_bytes << " X " << c.extra_bytes
+                   << ") measured " << measured << " at peak: " << at);
+    }
+  }
+}

@@ -1,5 +1,7 @@
 // The CPU backend's kernels on one thread (one rank): OpenBLAS sgemm GFLOP/s at the demo's sizes,
-// and GB/s of layernorm, softmax and fused attention. Each benchmark prints the FLOPs and bytes it
+// and GB/s of every other kernel (layernorm, softmax, fused attention, GELU, dropout, the
+// elementwise ones, cross-entropy, AdamW, strided copies) at GPT-2 small's activation sizes
+// (1024 tokens of 768, MLP 3072). Each benchmark prints the FLOPs and bytes it
 // counts per call and the time the cost model's CPU profile predicts for that work (the roofline
 // of carto/cost/hardware.hpp with hardware::cpu()), with the ratio measured / predicted.
 //
@@ -44,17 +46,24 @@ void report(benchmark::State& state, std::int64_t flops, std::int64_t bytes) {
       predicted, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+// Runs `kernel` once per iteration and reports the FLOPs and bytes of one call.
+template <class Kernel>
+void measure(benchmark::State& state, std::int64_t flops, std::int64_t bytes, Kernel&& kernel) {
+  for (auto _ : state) {
+    kernel();
+    benchmark::ClobberMemory();
+  }
+  report(state, flops, bytes);
+}
+
 // (m, k) · (k, n): 2mnk FLOPs; A, B read and C written once.
 void BM_Sgemm(benchmark::State& state) {
   cpu::CpuBackend backend;
   const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   Tensor a = make(backend, {{"m", m}, {"k", k}}, 1), b = make(backend, {{"k", k}, {"n", n}}, 2),
          c = make(backend, {{"m", m}, {"n", n}}, 3);
-  for (auto _ : state) {
-    backend.gemm(a.view, b.view, c.view, {});
-    benchmark::ClobberMemory();
-  }
-  report(state, 2 * m * n * k, 4 * (m * k + k * n + m * n));
+  measure(state, 2 * m * n * k, 4 * (m * k + k * n + m * n),
+          [&] { backend.gemm(a.view, b.view, c.view, {}); });
   state.SetLabel("blas threads " + std::to_string(cpu::blas_threads()));
 }
 BENCHMARK(BM_Sgemm)
@@ -74,11 +83,9 @@ void BM_LayerNormForward(benchmark::State& state) {
          y = make(backend, {{"rows", rows}, {"c", c}}, 5);
   Tensor g = make(backend, {{"c", c}}, 6), b = make(backend, {{"c", c}}, 7);
   Tensor mean = make(backend, {{"rows", rows}}, 8), rstd = make(backend, {{"rows", rows}}, 9);
-  for (auto _ : state) {
+  measure(state, 8 * rows * c, 4 * (2 * rows * c + 2 * c + 2 * rows), [&] {
     backend.layernorm_forward(x.view, g.view, b.view, y.view, mean.view, rstd.view, {});
-    benchmark::ClobberMemory();
-  }
-  report(state, 8 * rows * c, 4 * (2 * rows * c + 2 * c + 2 * rows));
+  });
 }
 BENCHMARK(BM_LayerNormForward)->Args({256, 256})->Args({1024, 768})->Unit(benchmark::kMicrosecond);
 
@@ -91,12 +98,10 @@ void BM_LayerNormBackward(benchmark::State& state) {
   Tensor g = make(backend, {{"c", c}}, 6), dg = make(backend, {{"c", c}}, 11),
          db = make(backend, {{"c", c}}, 12);
   Tensor mean = make(backend, {{"rows", rows}}, 8), rstd = make(backend, {{"rows", rows}}, 9);
-  for (auto _ : state) {
+  measure(state, 12 * rows * c, 4 * (4 * rows * c + 5 * c + 2 * rows), [&] {
     backend.layernorm_backward(dy.view, x.view, g.view, mean.view, rstd.view, dx.view, dg.view,
                                db.view);
-    benchmark::ClobberMemory();
-  }
-  report(state, 12 * rows * c, 4 * (4 * rows * c + 5 * c + 2 * rows));
+  });
 }
 BENCHMARK(BM_LayerNormBackward)->Args({256, 256})->Args({1024, 768})->Unit(benchmark::kMicrosecond);
 
@@ -106,11 +111,9 @@ void BM_SoftmaxCausal(benchmark::State& state) {
   const std::int64_t bh = state.range(0), s = state.range(1);
   const TensorShape shape{{"bh", bh}, {"q", s}, {"k", s}};
   Tensor x = make(backend, shape, 13), y = make(backend, shape, 14);
-  for (auto _ : state) {
+  measure(state, 5 * bh * s * s, 4 * 2 * bh * s * s, [&] {
     backend.softmax_forward(x.view, y.view, {.scale = 0.125f, .masking = Masking::causal});
-    benchmark::ClobberMemory();
-  }
-  report(state, 5 * bh * s * s, 4 * 2 * bh * s * s);
+  });
 }
 BENCHMARK(BM_SoftmaxCausal)->Args({8, 128})->Args({8, 256})->Unit(benchmark::kMicrosecond);
 
@@ -125,11 +128,8 @@ void BM_AttentionForward(benchmark::State& state) {
          out = make(backend, shape, 18), lse = make(backend, {{"b", b}, {"a", a}, {"s", s}}, 19);
   const AttentionArgs args{
       .scale = 0.125f, .masking = Masking::causal, .dropout = 0.1f, .rng = {.seed = 1, .id = 2}};
-  for (auto _ : state) {
-    backend.attention_forward(q.view, k.view, v.view, out.view, lse.view, args);
-    benchmark::ClobberMemory();
-  }
-  report(state, 4 * b * a * s * s * d, 4 * (4 * b * a * s * d + b * a * s));
+  measure(state, 4 * b * a * s * s * d, 4 * (4 * b * a * s * d + b * a * s),
+          [&] { backend.attention_forward(q.view, k.view, v.view, out.view, lse.view, args); });
 }
 BENCHMARK(BM_AttentionForward)
     ->Args({4, 128, 64})
@@ -148,15 +148,193 @@ void BM_AttentionBackward(benchmark::State& state) {
   const AttentionArgs args{
       .scale = 0.125f, .masking = Masking::causal, .dropout = 0.1f, .rng = {.seed = 1, .id = 2}};
   backend.attention_forward(q.view, k.view, v.view, out.view, lse.view, args);
-  for (auto _ : state) {
-    backend.attention_backward(q.view, k.view, v.view, out.view, lse.view, dout.view, dq.view,
-                               dk.view, dv.view, args);
-    benchmark::ClobberMemory();
-  }
   // Backward recomputes QKᵀ and does dP, dQ, dK, dV: 5 S×S×d products, 10·B·a·S²·d FLOPs.
-  report(state, 10 * b * a * s * s * d, 4 * (5 * b * a * s * d + 3 * b * a * s * d + b * a * s));
+  measure(state, 10 * b * a * s * s * d, 4 * (5 * b * a * s * d + 3 * b * a * s * d + b * a * s),
+          [&] {
+            backend.attention_backward(q.view, k.view, v.view, out.view, lse.view, dout.view,
+                                       dq.view, dk.view, dv.view, args);
+          });
 }
 BENCHMARK(BM_AttentionBackward)->Args({4, 128, 64})->Unit(benchmark::kMicrosecond);
+
+// The split layernorm's two forward calls (OpVariant::distributed_statistics) on a quarter of the
+// columns: partial sums read x (2 FLOPs per element), apply reads x and writes y (about 4).
+void BM_LayerNormSplitForward(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const std::int64_t rows = state.range(0), c = state.range(1), local = c / 4;
+  Tensor x = make(backend, {{"rows", rows}, {"c", local}}, 4),
+         y = make(backend, {{"rows", rows}, {"c", local}}, 5);
+  Tensor g = make(backend, {{"c", local}}, 6), b = make(backend, {{"c", local}}, 7);
+  Tensor sums = make(backend, {{"rows", rows}, {"sums", 2}}, 8);
+  Tensor mean = make(backend, {{"rows", rows}}, 9), rstd = make(backend, {{"rows", rows}}, 10);
+  backend.layernorm_partial_sums(x.view, sums.view);
+  measure(state, 6 * rows * local, 4 * (3 * rows * local + 2 * local + 6 * rows), [&] {
+    backend.layernorm_partial_sums(x.view, sums.view);
+    backend.layernorm_apply(x.view, sums.view, c, g.view, b.view, y.view, mean.view, rstd.view, {});
+  });
+}
+BENCHMARK(BM_LayerNormSplitForward)->Args({1024, 768})->Unit(benchmark::kMicrosecond);
+
+void BM_SoftmaxBackwardCausal(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const std::int64_t bh = state.range(0), s = state.range(1);
+  const TensorShape shape{{"bh", bh}, {"q", s}, {"k", s}};
+  Tensor x = make(backend, shape, 13), y = make(backend, shape, 14), dy = make(backend, shape, 15),
+         dx = make(backend, shape, 16);
+  const SoftmaxArgs args{.scale = 0.125f, .masking = Masking::causal};
+  backend.softmax_forward(x.view, y.view, args);
+  // y, dy read, dx read and written: 4 FLOPs per element (the profiler's count).
+  measure(state, 4 * bh * s * s, 4 * 4 * bh * s * s,
+          [&] { backend.softmax_backward(y.view, dy.view, dx.view, args); });
+}
+BENCHMARK(BM_SoftmaxBackwardCausal)->Args({8, 256})->Unit(benchmark::kMicrosecond);
+
+// ---- elementwise: n = rows · cols elements; FLOPs as the profiler counts them (op_cost.hpp) ----
+
+void BM_GeluForward(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const TensorShape s{{"rows", state.range(0)}, {"c", state.range(1)}};
+  Tensor x = make(backend, s, 24), y = make(backend, s, 25);
+  measure(state, 8 * s.numel(), 8 * s.numel(), [&] { backend.gelu_forward(x.view, y.view); });
+}
+BENCHMARK(BM_GeluForward)->Args({1024, 3072})->Unit(benchmark::kMicrosecond);
+
+void BM_GeluBackward(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const TensorShape s{{"rows", state.range(0)}, {"c", state.range(1)}};
+  Tensor x = make(backend, s, 24), dy = make(backend, s, 25), dx = make(backend, s, 26);
+  measure(state, 16 * s.numel(), 16 * s.numel(),
+          [&] { backend.gelu_backward(x.view, dy.view, dx.view); });
+}
+BENCHMARK(BM_GeluBackward)->Args({1024, 3072})->Unit(benchmark::kMicrosecond);
+
+void BM_DropoutForward(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const TensorShape s{{"rows", state.range(0)}, {"c", state.range(1)}};
+  Tensor x = make(backend, s, 27), y = make(backend, s, 28);
+  const DropoutArgs args{.probability = 0.1f, .rng = {.seed = 1, .id = 3}};
+  measure(state, 2 * s.numel(), 8 * s.numel(),
+          [&] { backend.dropout_forward(x.view, y.view, args); });
+}
+BENCHMARK(BM_DropoutForward)->Args({1024, 768})->Unit(benchmark::kMicrosecond);
+
+void BM_DropoutBackward(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const TensorShape s{{"rows", state.range(0)}, {"c", state.range(1)}};
+  Tensor dy = make(backend, s, 27), dx = make(backend, s, 28);
+  const DropoutArgs args{.probability = 0.1f, .rng = {.seed = 1, .id = 3}};
+  measure(state, 2 * s.numel(), 12 * s.numel(),
+          [&] { backend.dropout_backward(dy.view, dx.view, args); });
+}
+BENCHMARK(BM_DropoutBackward)->Args({1024, 768})->Unit(benchmark::kMicrosecond);
+
+void BM_Add(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const TensorShape s{{"rows", state.range(0)}, {"c", state.range(1)}};
+  Tensor a = make(backend, s, 29), b = make(backend, s, 30), y = make(backend, s, 31);
+  measure(state, s.numel(), 12 * s.numel(), [&] { backend.add(a.view, b.view, y.view); });
+}
+BENCHMARK(BM_Add)->Args({1024, 768})->Unit(benchmark::kMicrosecond);
+
+void BM_AddScaled(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const TensorShape s{{"rows", state.range(0)}, {"c", state.range(1)}};
+  Tensor x = make(backend, s, 29), y = make(backend, s, 31);
+  measure(state, 2 * s.numel(), 12 * s.numel(), [&] { backend.add_scaled(x.view, 0.5f, y.view); });
+}
+BENCHMARK(BM_AddScaled)->Args({1024, 768})->Unit(benchmark::kMicrosecond);
+
+void BM_BiasForward(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const std::int64_t rows = state.range(0), c = state.range(1);
+  const TensorShape s{{"rows", rows}, {"c", c}};
+  Tensor x = make(backend, s, 32), b = make(backend, {{"c", c}}, 33), y = make(backend, s, 34);
+  measure(state, rows * c, 4 * (2 * rows * c + c),
+          [&] { backend.bias_forward(x.view, b.view, y.view); });
+}
+BENCHMARK(BM_BiasForward)->Args({1024, 3072})->Unit(benchmark::kMicrosecond);
+
+void BM_BiasBackward(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const std::int64_t rows = state.range(0), c = state.range(1);
+  Tensor dy = make(backend, {{"rows", rows}, {"c", c}}, 32), db = make(backend, {{"c", c}}, 33);
+  measure(state, rows * c, 4 * (rows * c + 2 * c),
+          [&] { backend.bias_backward(dy.view, db.view); });
+}
+BENCHMARK(BM_BiasBackward)->Args({1024, 3072})->Unit(benchmark::kMicrosecond);
+
+// ---- cross-entropy over (rows, V) logits; AdamW; copies ----
+
+std::vector<std::int32_t> token_ids(std::int64_t n, std::int64_t vocab) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = (i * 7919) % vocab;
+  return ids;
+}
+
+// logits read (5 FLOPs per logit, the profiler's count), the logsumexp and the loss written.
+void BM_CrossEntropyForward(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const std::int64_t rows = state.range(0), vocab = state.range(1);
+  Tensor logits = make(backend, {{"rows", rows}, {"v", vocab}}, 35),
+         lse = make(backend, {{"rows", rows}}, 36), loss = make(backend, {{"one", 1}}, 37);
+  const std::vector<std::int32_t> ids = token_ids(rows, vocab);
+  const IndexView targets{.data = ids.data(), .shape = {{"rows", rows}}};
+  measure(state, 5 * rows * vocab, 4 * (rows * vocab + 2 * rows),
+          [&] { backend.cross_entropy_forward(logits.view, targets, loss.view, lse.view, {}); });
+}
+BENCHMARK(BM_CrossEntropyForward)->Args({256, 16384})->Unit(benchmark::kMicrosecond);
+
+// logits read, dlogits read and written.
+void BM_CrossEntropyBackward(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const std::int64_t rows = state.range(0), vocab = state.range(1);
+  const TensorShape s{{"rows", rows}, {"v", vocab}};
+  Tensor logits = make(backend, s, 35), dlogits = make(backend, s, 38),
+         lse = make(backend, {{"rows", rows}}, 36), loss = make(backend, {{"one", 1}}, 37);
+  const std::vector<std::int32_t> ids = token_ids(rows, vocab);
+  const IndexView targets{.data = ids.data(), .shape = {{"rows", rows}}};
+  backend.cross_entropy_forward(logits.view, targets, loss.view, lse.view, {});
+  measure(state, 2 * rows * vocab, 4 * (3 * rows * vocab + rows), [&] {
+    backend.cross_entropy_backward(logits.view, targets, lse.view, loss.view, dlogits.view, {});
+  });
+}
+BENCHMARK(BM_CrossEntropyBackward)->Args({256, 16384})->Unit(benchmark::kMicrosecond);
+
+// param, grad, m, v read; param, m, v written; about 12 FLOPs per parameter.
+void BM_AdamW(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const TensorShape s{{"n", state.range(0)}};
+  Tensor p = make(backend, s, 39), g = make(backend, s, 40), m = make(backend, s, 41),
+         v = make(backend, s, 42);
+  backend.fill(m.view, 0.0f);
+  backend.fill(v.view, 0.0f);
+  measure(state, 12 * s.numel(), 28 * s.numel(),
+          [&] { backend.adamw_update(p.view, g.view, m.view, v.view, {}); });
+}
+BENCHMARK(BM_AdamW)->Arg(1 << 22)->Unit(benchmark::kMicrosecond);
+
+// Q out of the fused (B, S, 3H) projection into (B, a, S, d) (split_heads), and the gradient's way
+// back accumulated (range(2) = 1): each element read and written once (accumulate also reads dst).
+void BM_CopyHeads(benchmark::State& state) {
+  cpu::CpuBackend backend;
+  const std::int64_t b = 4, s = 256, h = 768, heads = 12, d = h / heads;
+  const TensorShape fused{{"b", b}, {"s", s}, {"h3", 3 * h}};
+  const TensorShape split{{"b", b}, {"a", heads}, {"s", s}, {"d", d}};
+  Tensor qkv = make(backend, fused, 43), q = make(backend, split, 44);
+  const StridedBox from = heads_box(fused, 3, 0, heads);
+  const StridedBox to = box_of(split, {.offset = {0, 0, 0, 0}, .extent = {b, heads, s, d}});
+  const Index extents{b, heads, s, d};
+  const bool accumulate = state.range(0) == 1;
+  measure(state, accumulate ? b * s * h : 0, 4 * b * s * h * (accumulate ? 3 : 2), [&] {
+    if (accumulate) {
+      backend.copy_strided(q.view, to, qkv.view, from, extents, CopyMode::accumulate);
+    } else {
+      backend.copy_strided(qkv.view, from, q.view, to, extents, CopyMode::assign);
+    }
+  });
+  state.SetLabel(accumulate ? "merge, accumulate" : "split, assign");
+}
+BENCHMARK(BM_CopyHeads)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -1,17 +1,27 @@
 // The CPU backend's fused attention: softmax(scale · q kᵀ, masked) with dropout, times v.
 //
-// Forward walks one query row at a time: its scores against the visible keys live in a workspace
-// row of Sk floats (never the S×S matrix), the row's logsumexp is saved, and the output row is the
-// dropped-out probabilities times v. Backward recomputes each row's probabilities from q, k and the
-// saved logsumexp, regenerates the dropout mask from the RNG, and uses D_i = dout_i · out_i in
-// place of Σ_j P_ij dP_ij (Dao et al. 2022, FlashAttention, Alg. 4), which holds with dropout too.
+// Both directions walk each (batch, head) in blocks of kQueryBlock query rows, and do the products
+// as OpenBLAS GEMMs on one thread: a block's scores against the keys its last row may see
+// (causal rows see a prefix, so that is the widest row) live in a workspace of kQueryBlock × Sk
+// floats, never the S×S matrix. Forward: scores = scale · q kᵀ (GEMM), each row's softmax with the
+// masked tail zeroed, the row's logsumexp saved, dropout on the probabilities, out = P v (GEMM).
+// Backward recomputes the probabilities from q, k and the saved logsumexp, regenerates the dropout
+// mask from the RNG, and uses D_i = dout_i · out_i in place of Σ_j P_ij dP_ij (Dao et al. 2022,
+// FlashAttention, Alg. 4), which holds with dropout too: dP = dout vᵀ, dS = scale · P ∘ (mask ∘ dP
+// - D) and dv += (P ∘ mask)ᵀ dout, dq += dS k, dk += dSᵀ q, five GEMMs in all. Every (batch, head)
+// is computed alone, so a head shard computes the bits the whole tensor does.
+#include <cblas.h>
+
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
-#include <limits>
 
 #include "cpu_backend.hpp"
+#include "dropout_mask.hpp"
 #include "kernel_checks.hpp"
+#include "vector_math.hpp"
 
 namespace carto::cpu {
 
@@ -38,10 +48,21 @@ AttentionGeometry attention_geometry(std::string_view call, const TensorShape& q
   return g;
 }
 
-float dot(const float* a, const float* b, std::int64_t n) {
-  float s = 0.0f;
-  for (std::int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+// Query rows per block: GEMMs large enough for OpenBLAS, a workspace that stays in L2.
+constexpr std::int64_t kQueryBlock = 64;
+
+int blas_size(std::int64_t v) {
+  CARTO_CHECK(v <= INT_MAX, "attention: extent ", v, " exceeds the BLAS integer range");
+  return static_cast<int>(v);
+}
+
+// C (m, n) = alpha · op(A) · op(B) + beta · C, row-major, leading dims the operands' widths.
+void sgemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+           float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+           float beta, float* c, std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+              transpose_b ? CblasTrans : CblasNoTrans, blas_size(m), blas_size(n), blas_size(k),
+              alpha, a, blas_size(lda), b, blas_size(ldb), beta, c, blas_size(ldc));
 }
 
 // The number of keys query row i may see, and the global index of its probability (i, 0).
@@ -58,6 +79,59 @@ RowView row_view(const GlobalIndexer& where, const AttentionArgs& args, std::int
   return r;
 }
 
+// A block of query rows [first, first + rows) of one (batch, head), and the keys its widest row
+// sees (causal rows see a prefix that grows with the row).
+struct QueryBlock {
+  std::int64_t first = 0, rows = 0, keys = 0;
+};
+QueryBlock query_block(const GlobalIndexer& where, const AttentionArgs& args, std::int64_t seq,
+                       std::int64_t first) {
+  QueryBlock q{.first = first, .rows = std::min(kQueryBlock, seq - first)};
+  q.keys = std::max(row_view(where, args, seq, 0, 0, first).visible,
+                    row_view(where, args, seq, 0, 0, first + q.rows - 1).visible);
+  return q;
+}
+
+// The workspace of one call, from the backend's allocator (category temporaries): `blocks` score
+// blocks of min(kQueryBlock, Sq) × Sk floats, a row's dropout factors (Sk floats) and, with
+// dropout, its mask words (Sk).
+class AttentionWorkspace {
+ public:
+  AttentionWorkspace(Backend& backend, const AttentionGeometry& g, const AttentionArgs& args,
+                     std::int64_t blocks)
+      : block_(std::min(kQueryBlock, g.seq) * g.seq),
+        dropout_(args.dropout > 0.0f),
+        buffer_(backend.allocate({{"work", blocks * block_ + (dropout_ ? 2 : 1) * g.seq}},
+                                 DType::fp32, MemoryCategory::temporaries)),
+        factor_(static_cast<float*>(buffer_.data()) + blocks * block_),
+        keep_(reinterpret_cast<std::uint32_t*>(factor_ + g.seq)) {}
+
+  [[nodiscard]] float* scores(std::int64_t block) const {
+    return static_cast<float*>(buffer_.data()) + block * block_;
+  }
+  // The factor of each of a row's n visible probabilities: 1 / (1 - p) kept, 0 dropped; all 1
+  // without dropout.
+  [[nodiscard]] const float* dropout_factors(const AttentionArgs& args, std::int64_t base,
+                                             std::int64_t n) const {
+    if (!dropout_) {
+      std::fill(factor_, factor_ + n, 1.0f);
+      return factor_;
+    }
+    const float kept = 1.0f / (1.0f - args.dropout);
+    detail::dropout_keep(args.rng, base, n, args.dropout, keep_);
+#pragma omp simd
+    for (std::int64_t j = 0; j < n; ++j) factor_[j] = keep_[j] != 0 ? kept : 0.0f;
+    return factor_;
+  }
+
+ private:
+  std::int64_t block_;
+  bool dropout_;
+  Buffer buffer_;
+  float* factor_;
+  std::uint32_t* keep_;
+};
+
 }  // namespace
 
 void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
@@ -71,9 +145,8 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
   CARTO_CHECK(args.dropout >= 0.0f && args.dropout < 1.0f,
               "attention_forward: dropout must be in [0, 1); got ", args.dropout);
   const GlobalIndexer where(args.placement, g.probs);
-  const Buffer work = allocate({{"keys", g.seq}}, DType::fp32, MemoryCategory::temporaries);
-  float* p = work.view({{"keys", g.seq}}).f32();
-  const float kept = 1.0f / (1.0f - args.dropout);
+  const AttentionWorkspace work(*this, g, args, 1);
+  float* s = work.scores(0);
   const float* pq = q.f32();
   const float* pk = k.f32();
   const float* pv = v.f32();
@@ -83,31 +156,36 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
   for (std::int64_t b = 0; b < g.batch; ++b) {
     for (std::int64_t h = 0; h < g.heads; ++h) {
       const std::int64_t head = (b * g.heads + h) * g.seq;  // first row of this (b, h)
-      for (std::int64_t i = 0; i < g.seq; ++i) {
-        const RowView row = row_view(where, args, g.seq, b, h, i);
-        CARTO_CHECK(row.visible > 0, "attention_forward: query row ", i, " sees no key");
-        const float* qi = pq + (head + i) * d;
-        float max = -std::numeric_limits<float>::infinity();
-        for (std::int64_t j = 0; j < row.visible; ++j) {
-          p[j] = args.scale * dot(qi, pk + (head + j) * d, d);
-          max = std::max(max, p[j]);
+      const float* kh = pk + head * d;
+      const float* vh = pv + head * d;
+      for (std::int64_t first = 0; first < g.seq; first += kQueryBlock) {
+        const QueryBlock blk = query_block(where, args, g.seq, first);
+        CARTO_CHECK(blk.keys > 0, "attention_forward: query row ", first, " sees no key");
+        const float* qb = pq + (head + first) * d;
+        sgemm(false, true, blk.rows, blk.keys, d, args.scale, qb, d, kh, d, 0.0f, s, blk.keys);
+        for (std::int64_t r = 0; r < blk.rows; ++r) {
+          const RowView row = row_view(where, args, g.seq, b, h, first + r);
+          CARTO_CHECK(row.visible > 0, "attention_forward: query row ", first + r, " sees no key");
+          float* sr = s + r * blk.keys;
+          const std::int64_t n = row.visible;
+          const float max = detail::max_lanes(n, [&](std::int64_t j) { return sr[j]; });
+#pragma omp simd
+          for (std::int64_t j = 0; j < n; ++j) sr[j] = detail::exp_approx(sr[j] - max);
+          const float sum = detail::sum_lanes<float>(n, [&](std::int64_t j) { return sr[j]; });
+          const float inv = 1.0f / sum;
+          if (args.dropout > 0.0f) {
+            const float* factor = work.dropout_factors(args, row.base, n);
+#pragma omp simd
+            for (std::int64_t j = 0; j < n; ++j) sr[j] = sr[j] * inv * factor[j];
+          } else {
+#pragma omp simd
+            for (std::int64_t j = 0; j < n; ++j) sr[j] *= inv;
+          }
+          std::fill(sr + n, sr + blk.keys, 0.0f);
+          plse[head + first + r] = max + std::log(sum);
         }
-        float sum = 0.0f;
-        for (std::int64_t j = 0; j < row.visible; ++j) {
-          p[j] = std::exp(p[j] - max);
-          sum += p[j];
-        }
-        const float inv = 1.0f / sum;
-        float* oi = po + (head + i) * d;
-        std::fill(oi, oi + d, 0.0f);
-        for (std::int64_t j = 0; j < row.visible; ++j) {
-          float w = p[j] * inv;
-          if (args.dropout > 0.0f)
-            w = rng::keep(args.rng, row.base + j, args.dropout) ? w * kept : 0.0f;
-          const float* vj = pv + (head + j) * d;
-          for (std::int64_t e = 0; e < d; ++e) oi[e] += w * vj[e];
-        }
-        plse[head + i] = max + std::log(sum);
+        sgemm(false, false, blk.rows, d, blk.keys, 1.0f, s, blk.keys, vh, d, 0.0f,
+              po + (head + first) * d, d);
       }
     }
   }
@@ -125,8 +203,12 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
   }
   detail::require_numel("attention_backward", "logsumexp", logsumexp.numel(),
                         g.batch * g.heads * g.seq);
+  CARTO_CHECK(args.dropout >= 0.0f && args.dropout < 1.0f,
+              "attention_backward: dropout must be in [0, 1); got ", args.dropout);
   const GlobalIndexer where(args.placement, g.probs);
-  const float kept = 1.0f / (1.0f - args.dropout);
+  const AttentionWorkspace work(*this, g, args, 2);
+  float* p = work.scores(0);
+  float* dp = work.scores(1);
   const float* pq = q.f32();
   const float* pk = k.f32();
   const float* pv = v.f32();
@@ -137,33 +219,45 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
   float* pdk = dk.f32();
   float* pdv = dv.f32();
   const std::int64_t d = g.dim;
+  const float scale = args.scale;
   for (std::int64_t b = 0; b < g.batch; ++b) {
     for (std::int64_t h = 0; h < g.heads; ++h) {
       const std::int64_t head = (b * g.heads + h) * g.seq;
-      for (std::int64_t i = 0; i < g.seq; ++i) {
-        const RowView row = row_view(where, args, g.seq, b, h, i);
-        const float* qi = pq + (head + i) * d;
-        const float* doi = pdo + (head + i) * d;
-        float* dqi = pdq + (head + i) * d;
-        const float lse = plse[head + i];
-        const float big_d = dot(doi, po + (head + i) * d, d);  // Σ_j P_ij dP_ij
-        for (std::int64_t j = 0; j < row.visible; ++j) {
-          const float* kj = pk + (head + j) * d;
-          const float* vj = pv + (head + j) * d;
-          const float p = std::exp(args.scale * dot(qi, kj, d) - lse);
-          float mask = 1.0f;
-          if (args.dropout > 0.0f)
-            mask = rng::keep(args.rng, row.base + j, args.dropout) ? kept : 0.0f;
-          const float dp = mask * dot(doi, vj, d);         // d loss / d P_ij
-          const float ds = args.scale * p * (dp - big_d);  // d loss / d (q_i · k_j)
-          float* dkj = pdk + (head + j) * d;
-          float* dvj = pdv + (head + j) * d;
-          for (std::int64_t e = 0; e < d; ++e) {
-            dqi[e] += ds * kj[e];
-            dkj[e] += ds * qi[e];
-            dvj[e] += p * mask * doi[e];
+      const float* kh = pk + head * d;
+      const float* vh = pv + head * d;
+      for (std::int64_t first = 0; first < g.seq; first += kQueryBlock) {
+        const QueryBlock blk = query_block(where, args, g.seq, first);
+        if (blk.keys == 0) continue;
+        const std::int64_t at = (head + first) * d;  // the block's first row of q, dq, out, dout
+        sgemm(false, true, blk.rows, blk.keys, d, scale, pq + at, d, kh, d, 0.0f, p, blk.keys);
+        sgemm(false, true, blk.rows, blk.keys, d, 1.0f, pdo + at, d, vh, d, 0.0f, dp, blk.keys);
+        for (std::int64_t r = 0; r < blk.rows; ++r) {
+          const RowView row = row_view(where, args, g.seq, b, h, first + r);
+          const std::int64_t n = row.visible;
+          float* pr = p + r * blk.keys;
+          float* dpr = dp + r * blk.keys;
+          const float* dor = pdo + at + r * d;
+          const float* orow = po + at + r * d;
+          const float lse = plse[head + first + r];
+          // D = Σ_j P_ij dP_ij
+          const float big_d =
+              detail::sum_lanes<float>(d, [&](std::int64_t e) { return dor[e] * orow[e]; });
+          const float* factor = work.dropout_factors(args, row.base, n);
+#pragma omp simd
+          for (std::int64_t j = 0; j < n; ++j) {
+            const float prob = detail::exp_approx(pr[j] - lse);
+            const float ds = scale * prob * (factor[j] * dpr[j] - big_d);  // d loss / d (q_i · k_j)
+            pr[j] = prob * factor[j];  // the dropped-out probability, for dv
+            dpr[j] = ds;
           }
+          std::fill(pr + n, pr + blk.keys, 0.0f);
+          std::fill(dpr + n, dpr + blk.keys, 0.0f);
         }
+        sgemm(true, false, blk.keys, d, blk.rows, 1.0f, p, blk.keys, pdo + at, d, 1.0f,
+              pdv + head * d, d);
+        sgemm(false, false, blk.rows, d, blk.keys, 1.0f, dp, blk.keys, kh, d, 1.0f, pdq + at, d);
+        sgemm(true, false, blk.keys, d, blk.rows, 1.0f, dp, blk.keys, pq + at, d, 1.0f,
+              pdk + head * d, d);
       }
     }
   }

@@ -4,11 +4,15 @@
 // calling thread before returning (the queue is trivially in order; synchronize() does nothing).
 // GEMMs call cblas_sgemm with OpenBLAS limited to one thread (openblas_set_num_threads(1), set by
 // the first CpuBackend constructed; the setting is process-wide), so that ranks on threads do not
-// oversubscribe the cores and a rank's time is its own. The other kernels are plain loops in fp32
-// with the reductions that decide accuracy (layernorm statistics, softmax and cross-entropy sums,
-// attention's running sums) accumulated in float, as a GPU kernel would; the tests bound their
-// error. Device memory is host memory aligned to 64 bytes; workspace (attention rows) is allocated
-// through the backend's current allocator, category temporaries.
+// oversubscribe the cores and a rank's time is its own. Fused attention runs its products as such
+// GEMMs too, a block of query rows at a time. The other kernels are fp32 loops the compiler
+// vectorizes at the baseline ISA, with no -march flag (vector_math.hpp): the reductions that decide
+// accuracy (layernorm statistics, softmax and cross-entropy sums, attention's row sums) are
+// accumulated in float in a fixed order of 16 lanes, as a GPU kernel would, and exp is a
+// branch-free polynomial within 2 ulp; the tests bound their error. Dropout masks come from Philox
+// blocks computed 16 at a time (dropout_mask.hpp), bit for bit rng::keep's. Device memory is host
+// memory aligned to 64 bytes; workspace (attention's score blocks) is allocated through the
+// backend's current allocator, category temporaries.
 #pragma once
 
 #include <carto/runtime/backend.hpp>

@@ -11,9 +11,11 @@
 
 #include "cpu_backend.hpp"
 #include "kernel_checks.hpp"
+#include "vector_math.hpp"
 
 namespace carto::cpu {
 
+using detail::exp_approx;
 using detail::last_extent;
 using detail::require_numel;
 
@@ -85,7 +87,8 @@ void CpuBackend::cross_entropy_row_max(ConstTensorView logits, TensorView row_ma
   const float* pl = logits.f32();
   float* pm = row_max.f32();
   for (std::int64_t i = 0; i < r.rows; ++i) {
-    pm[i] = *std::max_element(pl + i * r.vocab, pl + (i + 1) * r.vocab);
+    const float* li = pl + i * r.vocab;
+    pm[i] = detail::max_lanes(r.vocab, [&](std::int64_t j) { return li[j]; });
   }
 }
 
@@ -97,9 +100,10 @@ void CpuBackend::cross_entropy_sum_exp(ConstTensorView logits, ConstTensorView r
   const float* pm = row_max.f32();
   float* ps = sum_exp.f32();
   for (std::int64_t i = 0; i < r.rows; ++i) {
-    float s = 0.0f;
-    for (std::int64_t j = 0; j < r.vocab; ++j) s += std::exp(pl[i * r.vocab + j] - pm[i]);
-    ps[i] = s;
+    const float* li = pl + i * r.vocab;
+    const float m = pm[i];
+    ps[i] =
+        detail::sum_lanes<float>(r.vocab, [&](std::int64_t j) { return exp_approx(li[j] - m); });
   }
 }
 
@@ -170,11 +174,17 @@ void CpuBackend::cross_entropy_backward(ConstTensorView logits, IndexView target
   float* pd = dlogits.f32();
   const float g = dloss.f32()[0] / static_cast<float>(r.count);
   for (std::int64_t i = 0; i < r.rows; ++i) {
+    const float* li = pl + i * r.vocab;
+    float* di = pd + i * r.vocab;
+    const float lse = plse[i];
+    // Every column as if it were not the target, then the target's column (when it is in this
+    // shard's vocab rows) redone from its old value with the -1.
     const std::int64_t target = targets.data[i] - args.vocab_offset;
-    for (std::int64_t j = 0; j < r.vocab; ++j) {
-      const float p = std::exp(pl[i * r.vocab + j] - plse[i]);
-      pd[i * r.vocab + j] += g * (p - (j == target ? 1.0f : 0.0f));
-    }
+    const bool local = target >= 0 && target < r.vocab;
+    const float before = local ? di[target] : 0.0f;
+#pragma omp simd
+    for (std::int64_t j = 0; j < r.vocab; ++j) di[j] += g * exp_approx(li[j] - lse);
+    if (local) di[target] = before + g * (exp_approx(li[target] - lse) - 1.0f);
   }
 }
 

@@ -1,4 +1,7 @@
 // The CPU backend's reductions along the last dim: layernorm and (scaled, masked) softmax.
+//
+// Each row is a few passes over data in L1: lane sums for the statistics (vector_math.hpp), then
+// one vectorized element loop that applies them.
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
@@ -7,12 +10,16 @@
 
 #include "cpu_backend.hpp"
 #include "kernel_checks.hpp"
+#include "vector_math.hpp"
 
 namespace carto::cpu {
 
+using detail::exp_approx;
 using detail::extents_of;
 using detail::last_extent;
+using detail::max_lanes;
 using detail::require_numel;
+using detail::sum_lanes;
 
 // ---- layernorm
 // -----------------------------------------------------------------------------------
@@ -58,6 +65,7 @@ void require_global_columns(std::string_view call, std::int64_t global_columns, 
 // y = (x - mu)·s·gamma + beta over one row.
 void normalize_row(const float* xr, const float* gamma, const float* beta, float mu, float s,
                    float* yr, std::int64_t c) {
+#pragma omp simd
   for (std::int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - mu) * s * gamma[j] + beta[j];
 }
 
@@ -66,6 +74,7 @@ void normalize_row(const float* xr, const float* gamma, const float* beta, float
 void backward_row(const float* dyr, const float* xr, const float* gamma, float mu, float s,
                   float g_mean, float gx_mean, float* dxr, float* dgamma, float* dbeta,
                   std::int64_t c) {
+#pragma omp simd
   for (std::int64_t j = 0; j < c; ++j) {
     const float xhat = (xr[j] - mu) * s;
     dxr[j] += s * (dyr[j] * gamma[j] - g_mean - xhat * gx_mean);
@@ -91,11 +100,13 @@ void CpuBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, Con
   float* prstd = rstd.f32();
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = px + r * c;
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j < c; ++j) sum += xr[j];
-    const float mu = sum / static_cast<float>(c);
-    float squares = 0.0f;  // two passes: no cancellation between E[x²] and E[x]²
-    for (std::int64_t j = 0; j < c; ++j) squares += (xr[j] - mu) * (xr[j] - mu);
+    const float mu =
+        sum_lanes<float>(c, [&](std::int64_t j) { return xr[j]; }) / static_cast<float>(c);
+    // Two passes: no cancellation between E[x²] and E[x]².
+    const float squares = sum_lanes<float>(c, [&](std::int64_t j) {
+      const float d = xr[j] - mu;
+      return d * d;
+    });
     const float s = 1.0f / std::sqrt(squares / static_cast<float>(c) + args.epsilon);
     normalize_row(xr, pg, pb, mu, s, py + r * c, c);
     pmean[r] = mu;
@@ -125,12 +136,9 @@ void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, Const
     const float* dyr = pdy + r * c;
     const float mu = pmean[r], s = prstd[r];
     // dx = s · (g - mean(g) - x̂ · mean(g · x̂)) with g = dy · gamma and x̂ = (x - mu) · s.
-    float g_mean = 0.0f, gx_mean = 0.0f;
-    for (std::int64_t j = 0; j < c; ++j) {
-      const float g = dyr[j] * pg[j];
-      g_mean += g;
-      gx_mean += g * (xr[j] - mu) * s;
-    }
+    const float g_mean = sum_lanes<float>(c, [&](std::int64_t j) { return dyr[j] * pg[j]; });
+    const float gx_mean =
+        sum_lanes<float>(c, [&](std::int64_t j) { return dyr[j] * pg[j] * (xr[j] - mu) * s; });
     backward_row(dyr, xr, pg, mu, s, g_mean * inv_c, gx_mean * inv_c, pdx + r * c, pdg, pdb, c);
   }
 }
@@ -144,12 +152,12 @@ void CpuBackend::layernorm_partial_sums(ConstTensorView x, TensorView sums) {
   float* ps = sums.f32();
   for (std::int64_t r = 0; r < n.rows; ++r) {
     const float* xr = px + r * n.columns;
-    double sum = 0.0, squares = 0.0;  // fp32 squares are exact in double
-    for (std::int64_t j = 0; j < n.columns; ++j) {
+    // fp32 squares are exact in double.
+    const double sum = sum_lanes<double>(n.columns, [&](std::int64_t j) { return double{xr[j]}; });
+    const double squares = sum_lanes<double>(n.columns, [&](std::int64_t j) {
       const double v = xr[j];
-      sum += v;
-      squares += v * v;
-    }
+      return v * v;
+    });
     ps[2 * r] = static_cast<float>(sum);
     ps[2 * r + 1] = static_cast<float>(squares);
   }
@@ -201,12 +209,11 @@ void CpuBackend::layernorm_backward_partial_sums(ConstTensorView dy, ConstTensor
     const float* xr = px + r * n.columns;
     const float* dyr = pdy + r * n.columns;
     const float mu = pmean[r], s = prstd[r];
-    double g_sum = 0.0, gx_sum = 0.0;
-    for (std::int64_t j = 0; j < n.columns; ++j) {
-      const float g = dyr[j] * pg[j];
-      g_sum += g;
-      gx_sum += static_cast<double>(g * ((xr[j] - mu) * s));
-    }
+    const double g_sum = sum_lanes<double>(
+        n.columns, [&](std::int64_t j) { return static_cast<double>(dyr[j] * pg[j]); });
+    const double gx_sum = sum_lanes<double>(n.columns, [&](std::int64_t j) {
+      return static_cast<double>(dyr[j] * pg[j] * ((xr[j] - mu) * s));
+    });
     ps[2 * r] = static_cast<float>(g_sum);
     ps[2 * r + 1] = static_cast<float>(gx_sum);
   }
@@ -284,16 +291,14 @@ void CpuBackend::softmax_forward(ConstTensorView x, TensorView y, const SoftmaxA
     float* yr = py + r * geo.keys;
     const std::int64_t n = geo.visible(r);
     CARTO_CHECK(n > 0, "softmax_forward: row ", r, " has every key masked");
-    float max = -std::numeric_limits<float>::infinity();
-    for (std::int64_t j = 0; j < n; ++j) max = std::max(max, args.scale * xr[j]);
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j < n; ++j) {
-      yr[j] = std::exp(args.scale * xr[j] - max);
-      sum += yr[j];
-    }
-    const float inv = 1.0f / sum;
+    const float scale = args.scale;
+    const float max = max_lanes(n, [&](std::int64_t j) { return scale * xr[j]; });
+#pragma omp simd
+    for (std::int64_t j = 0; j < n; ++j) yr[j] = exp_approx(scale * xr[j] - max);
+    const float inv = 1.0f / sum_lanes<float>(n, [&](std::int64_t j) { return yr[j]; });
+#pragma omp simd
     for (std::int64_t j = 0; j < n; ++j) yr[j] *= inv;
-    for (std::int64_t j = n; j < geo.keys; ++j) yr[j] = 0.0f;
+    std::fill(yr + n, yr + geo.keys, 0.0f);
   }
 }
 
@@ -310,9 +315,10 @@ void CpuBackend::softmax_backward(ConstTensorView y, ConstTensorView dy, TensorV
     const float* dyr = pdy + r * geo.keys;
     float* dxr = pdx + r * geo.keys;
     const std::int64_t n = geo.visible(r);  // masked entries have y = 0 and gradient 0
-    float dot = 0.0f;
-    for (std::int64_t j = 0; j < n; ++j) dot += dyr[j] * yr[j];
-    for (std::int64_t j = 0; j < n; ++j) dxr[j] += args.scale * yr[j] * (dyr[j] - dot);
+    const float dot = sum_lanes<float>(n, [&](std::int64_t j) { return dyr[j] * yr[j]; });
+    const float scale = args.scale;
+#pragma omp simd
+    for (std::int64_t j = 0; j < n; ++j) dxr[j] += scale * yr[j] * (dyr[j] - dot);
   }
 }
 

@@ -102,33 +102,40 @@ TEST_CASE("fused attention forward and backward against double references",
   }
 }
 
-TEST_CASE("fused attention equals the materialized GEMM + softmax + dropout pieces",
-          "[kernels][attention]") {
+namespace {
+
+// The fused kernels against the materialized pieces on (b, heads, s, d) inputs from `seed`.
+void check_fused_equals_materialized(std::int64_t b, std::int64_t heads, std::int64_t s,
+                                     std::int64_t d, std::uint32_t seed) {
   cpu::CpuBackend cpu;
   Backend& backend = cpu;
-  const std::vector<float> q = random_normal(kQkv.numel(), 70), k = random_normal(kQkv.numel(), 71),
-                           v = random_normal(kQkv.numel(), 72), w = random_normal(kQkv.numel(), 73);
-  DeviceTensor tq(backend, kQkv, q), tk(backend, kQkv, k), tv(backend, kQkv, v),
-      dout(backend, kQkv, w);
+  const TensorShape qkv{{"b", b}, {"heads", heads}, {"s", s}, {"d", d}};
+  const TensorShape probs_shape{{"b", b}, {"heads", heads}, {"q", s}, {"k", s}};
+  const TensorShape rows{{"b", b}, {"heads", heads}, {"s", s}};
+  const std::vector<float> q = random_normal(qkv.numel(), seed),
+                           k = random_normal(qkv.numel(), seed + 1),
+                           v = random_normal(qkv.numel(), seed + 2),
+                           w = random_normal(qkv.numel(), seed + 3);
+  DeviceTensor tq(backend, qkv, q), tk(backend, qkv, k), tv(backend, qkv, v), dout(backend, qkv, w);
 
   // Fused.
-  DeviceTensor fo(backend, kQkv), lse(backend, kRows);
+  DeviceTensor fo(backend, qkv), lse(backend, rows);
   backend.attention_forward(tq, tk, tv, fo, lse, kArgs);
-  DeviceTensor fq = zeros(backend, kQkv), fk = zeros(backend, kQkv), fv = zeros(backend, kQkv);
+  DeviceTensor fq = zeros(backend, qkv), fk = zeros(backend, qkv), fv = zeros(backend, qkv);
   backend.attention_backward(tq, tk, tv, fo, lse, dout, fq, fk, fv, kArgs);
 
   // Materialized, as the graph's materialized attention runs it (the scale folded into softmax).
   const SoftmaxArgs soft{.scale = kArgs.scale, .masking = Masking::causal};
   const DropoutArgs drop{.probability = kArgs.dropout, .rng = kArgs.rng};
-  DeviceTensor scores(backend, kProbs), probs(backend, kProbs), dropped(backend, kProbs),
-      mo(backend, kQkv);
+  DeviceTensor scores(backend, probs_shape), probs(backend, probs_shape),
+      dropped(backend, probs_shape), mo(backend, qkv);
   backend.gemm(tq, tk, scores, {.b = Transpose::yes});  // (B, a, S, S)
   backend.softmax_forward(scores, probs, soft);
   backend.dropout_forward(probs, dropped, drop);
   backend.gemm(dropped, tv, mo, {});  // (B, a, S, d)
-  DeviceTensor d_dropped(backend, kProbs), d_probs = zeros(backend, kProbs),
-                                           d_scores = zeros(backend, kProbs);
-  DeviceTensor mq(backend, kQkv), mk(backend, kQkv), mv(backend, kQkv);
+  DeviceTensor d_dropped(backend, probs_shape), d_probs = zeros(backend, probs_shape),
+                                                d_scores = zeros(backend, probs_shape);
+  DeviceTensor mq(backend, qkv), mk(backend, qkv), mv(backend, qkv);
   backend.gemm(dout, tv, d_dropped, {.b = Transpose::yes});  // dP' = dO vᵀ
   backend.gemm(dropped, dout, mv, {.a = Transpose::yes});    // dv = P'ᵀ dO
   backend.dropout_backward(d_dropped, d_probs, drop);
@@ -138,12 +145,26 @@ TEST_CASE("fused attention equals the materialized GEMM + softmax + dropout piec
 
   // Two fp32 evaluations of one function: each within fp32_chain of the exact value, so within
   // twice that of each other.
-  const std::int64_t chain = 2 * (2 * D + 2 * S + 12);
+  const std::int64_t chain = 2 * (2 * d + 2 * s + 12);
   const auto as_ref = [](const DeviceTensor& t) { return to_double(t.download()); };
   CARTO_CHECK_CLOSE("out", fo.download(), as_ref(mo), fp32_chain(chain, max_abs(as_ref(mo))));
   CARTO_CHECK_CLOSE("dq", fq.download(), as_ref(mq), fp32_chain(chain, max_abs(as_ref(mq))));
   CARTO_CHECK_CLOSE("dk", fk.download(), as_ref(mk), fp32_chain(chain, max_abs(as_ref(mk))));
   CARTO_CHECK_CLOSE("dv", fv.download(), as_ref(mv), fp32_chain(chain, max_abs(as_ref(mv))));
+}
+
+}  // namespace
+
+TEST_CASE("fused attention equals the materialized GEMM + softmax + dropout pieces",
+          "[kernels][attention]") {
+  check_fused_equals_materialized(B, A, S, D, 70);
+}
+
+// 150 query rows: the fused kernels' blocks of 64 rows, the last one partial, causal rows that see
+// fewer keys than their block's widest row.
+TEST_CASE("fused attention over several query blocks equals the materialized pieces",
+          "[kernels][attention]") {
+  check_fused_equals_materialized(1, 2, 150, 8, 90);
 }
 
 TEST_CASE("fused attention on a head shard equals those heads of the whole",

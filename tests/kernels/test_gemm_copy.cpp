@@ -253,8 +253,9 @@ TEST_CASE("Buffers and kernel workspace go through the installed allocator", "[k
     CHECK(reinterpret_cast<std::uintptr_t>(q.view().data) % 64 == 0);
     DeviceTensor out(backend, s), lse(backend, {{"rows", 32}});
     backend.attention_forward(q, q, q, out, lse, {.scale = 0.5f});
-    // Workspace: one row of 16 scores, allocated as temporaries and freed again.
-    CHECK(counting.peak == (2 * s.numel() + 32 + 16) * 4);  // q, out, lse, then the row
+    // Workspace: the scores of one block of query rows (all 16) against the 16 keys, and a row of
+    // 16 dropout factors, allocated as temporaries and freed again.
+    CHECK(counting.peak == (2 * s.numel() + 32 + 16 * 16 + 16) * 4);  // q, out, lse, workspace
     CHECK(counting.calls[static_cast<std::size_t>(MemoryCategory::temporaries)] == 1);
   }
   CHECK(counting.live == 0);

@@ -434,6 +434,26 @@ TEST_CASE("dropout: the mask is the RNG's at global indices, on any shard", "[ke
         wrong += pg[static_cast<std::size_t>((a * 6 + b) * 5 + c)] !=
                  got[static_cast<std::size_t>(((2 + a) * 6 + b) * 10 + 5 + c)];
   CHECK(wrong == 0);
+
+  // Rows longer than the kernel's batches of Philox blocks (64 words), starting inside a block:
+  // still rng::keep's mask at every global index, and y = x · fl(1 / (1 - p)) exactly.
+  const TensorShape long_rows{{"r", 3}, {"c", 1000}};
+  const std::vector<float> lx = random_normal(long_rows.numel(), 42);
+  DeviceTensor long_x(backend, long_rows, lx), long_y(backend, long_rows);
+  DropoutArgs placed = args;
+  placed.placement = {.global_extents = {5, 1003}, .offset = {1, 3}};
+  backend.dropout_forward(long_x, long_y, placed);
+  const std::vector<float> ly = long_y.download();
+  const float kept = 1.0f / (1.0f - 0.25f);
+  std::int64_t wrong_mask = 0;
+  for (std::int64_t r = 0; r < 3; ++r) {
+    for (std::int64_t c = 0; c < 1000; ++c) {
+      const auto i = static_cast<std::size_t>(r * 1000 + c);
+      const bool keep = rng::keep(args.rng, (1 + r) * 1003 + 3 + c, 0.25f);
+      wrong_mask += ly[i] != (keep ? lx[i] * kept : 0.0f);
+    }
+  }
+  CHECK(wrong_mask == 0);
 }
 
 TEST_CASE("add, scale, add_scaled, bias and bias backward", "[kernels][elementwise]") {

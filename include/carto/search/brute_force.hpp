@@ -121,11 +121,12 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
   return evaluate_point(g, mesh, hw, options, chosen, checkpointed);
 }
 
-// The DP's search-space rule: a view reads its input in the spec the input is stored in.
-inline bool views_read_stored_spec(const Graph& g, const DeviceMesh& mesh,
-                                   const StrategyOptions& sopt,
-                                   const std::vector<std::size_t>& strategy,
-                                   std::vector<std::vector<Strategy>>& cache) {
+// The DP's search-space rule (detail::reads_stored_spec): a view, and an elementwise op whose
+// input is not stored Partial, reads its first input in the spec it is stored in.
+inline bool reads_follow_stored_specs(const Graph& g, const DeviceMesh& mesh,
+                                      const StrategyOptions& sopt,
+                                      const std::vector<std::size_t>& strategy,
+                                      std::vector<std::vector<Strategy>>& cache) {
   auto strategy_of = [&](std::size_t k) -> const Strategy& {
     if (cache[k].empty())
       cache[k] = enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh, sopt);
@@ -133,10 +134,11 @@ inline bool views_read_stored_spec(const Graph& g, const DeviceMesh& mesh,
   };
   for (std::size_t k = 0; k < g.num_ops(); ++k) {
     const Op& op = g.ops()[k];
-    if (op.kind != OpKind::view) continue;
     const TensorInfo& in = g.tensor(op.inputs[0]);
     if (!in.producer.valid()) continue;
-    if (!(strategy_of(in.producer.index()).sharding.output == strategy_of(k).sharding.inputs[0]))
+    const ShardingSpec& stored = strategy_of(in.producer.index()).sharding.output;
+    if (detail::reads_stored_spec(op.kind, stored) &&
+        !(stored == strategy_of(k).sharding.inputs[0]))
       return false;
   }
   return true;
@@ -182,8 +184,8 @@ inline std::vector<DpPoint> brute_force_frontier(const Graph& g, const DeviceMes
   for (;;) {
     std::vector<std::size_t> strategy(g.num_ops());
     for (std::size_t k = 0; k < g.num_ops(); ++k) strategy[k] = allowed[k][pos[k]];
-    const bool views_in_place = views_read_stored_spec(g, mesh, sopt, strategy, cache);
-    for (std::size_t pattern = 0; views_in_place && pattern < patterns; ++pattern) {
+    const bool in_search_space = reads_follow_stored_specs(g, mesh, sopt, strategy, cache);
+    for (std::size_t pattern = 0; in_search_space && pattern < patterns; ++pattern) {
       std::vector<bool> ckpt(g.groups().size(), false);
       for (std::size_t b = 0; b < blocks.size(); ++b) {
         ckpt[blocks[b]] =

@@ -35,21 +35,42 @@
 // identity, size and saved-flag of its buffer, and whether the open block is checkpointed (decided
 // when the block is entered). A label is a partial cost: time (recompute included), base (P and K
 // so far, plus A of an open unchecked group), extra (max X so far), and an open checkpointed
-// block's A and open group's T. Every future cost is non-decreasing in every label component, so
-// keeping, per state, the labels no other label dominates in all components loses no plan on the
-// Pareto frontier of (time, base + extra): the DP is exact, and tests/search compares it with brute
-// force.
+// block's A and open group's T. The rest of the graph adds the same amounts to every label of a
+// state, so a label can be dropped when another of its state is no worse for every completion
+// (dominates() says when: time, base, base + extra, base + open A and base + open A + open T all
+// no larger). That loses no plan on the Pareto frontier of (time, base + extra): the DP is exact,
+// and tests/search compares it with brute force.
 //
-// Search space: every strategy of every op (or the subset a StrategyFilter allows), except that a
-// view reads its input in the spec it is stored in: a view moves no data, so moving its input first
-// costs what moving its output afterwards costs, and the consumer of the view can do that. (Without
-// this rule the three head views of a fused QKV multiply the states by the cube of their specs.)
+// Search space: every strategy of every op (or the subset a StrategyFilter allows), except that
+// an op of these kinds reads its first input, when that is an activation, in the spec it is stored
+// in (reads_stored_spec):
+//  - views, always: a view moves no data, so moving its input first costs what moving its output
+//    afterwards costs, and the consumer of the view can do that (without this rule the three head
+//    views of a fused QKV multiply the states by the cube of their specs);
+//  - gelu, dropout, bias and scale, unless the stored spec is Partial: the producer picks the
+//    spec they run in. A move before such an op carries as many bytes as the same move after it,
+//    so the rule gives up only the difference in the op's own compute and saved bytes between
+//    the two specs; a Partial input, which gelu, dropout and bias cannot read, may be read in any
+//    spec. Without the rule each of these ops multiplies the labels of every state by its spec
+//    count.
+// The brute force applies the same rule, so the tests compare equal spaces.
 //
 // Identical transformer blocks (same ops, shapes and wiring) share one transfer table: the first
 // block's internal DP is run once per entry spec of the residual stream, from a zero label, and its
 // per-exit-state frontiers are combined with the labels arriving at every block. That combination
-// is exact for the same monotonicity reason. Tensors that live across a block without being used in
-// it (a tied embedding table) ride along in the state.
+// is exact because every future cost adds to, or takes the maximum with, a label's components.
+// Tensors that live across a block without being used in it (a tied embedding table) ride along
+// in the state.
+//
+// Memoized segments (series-parallel structure inside a block). At op a of a block, the live
+// tensors op a does not read (the residual while its branch runs) ride along unread until e, the
+// first op that reads one of them. The ops [a, e) see only the tensors op a reads (the entries):
+// their transfer table — exit states and frontiers from a zero label — is computed once per entry
+// state and combined with every state that agrees on the entries, whatever the riders' specs
+// (exact for the same reason). A branch thus costs (its entry specs) × (its inner states) instead
+// of also × (the residual's specs), and the table is shared by every entry spec of the block that
+// reaches the same branch input. Used when [a, e) spans at least four ops and no rider shares a
+// buffer with an entry (saving an entry would mark a rider's buffer saved).
 #pragma once
 
 #include <algorithm>
@@ -111,6 +132,7 @@ struct DpPoint {
 struct DpResult {
   std::vector<DpPoint> frontier{};  // increasing time, decreasing peak
   std::size_t labels_created = 0;   // work done, for benchmarks
+  std::size_t segment_tables = 0;   // memoized segments computed (entry states over all segments)
 };
 
 namespace detail {
@@ -128,6 +150,21 @@ inline TensorId group_input(const Graph& g, std::int32_t gi) {
     }
   }
   return TensorId{};
+}
+
+// The search space's rule for the first input of a view or an elementwise op (gelu, dropout, bias,
+// scale) when that input is an activation stored in spec `stored`: true when the op must read it
+// in `stored`. Views always do; the elementwise ops do unless `stored` is Partial (see the design
+// note). The brute force applies the same rule.
+inline bool reads_stored_spec(OpKind kind, const ShardingSpec& stored) {
+  switch (kind) {
+    case OpKind::view: return true;
+    case OpKind::gelu:
+    case OpKind::dropout:
+    case OpKind::bias:
+    case OpKind::scale: return !stored.is_partial();
+    default: return false;
+  }
 }
 
 // Per-parameter persistent bytes under a ZeRO stage: parameters + gradients (at the parameter's
@@ -180,10 +217,13 @@ class DpModel {
     const std::size_t nt = g.tensors().size();
     last_use_.assign(nt, -1);
     first_use_.assign(nt, -1);
+    uses_.assign(nt, {});
     for (std::size_t k = 0; k < g.num_ops(); ++k) {
       for (TensorId t : g.ops()[k].inputs) {
         last_use_[t.index()] = static_cast<std::int32_t>(k);
         if (first_use_[t.index()] < 0) first_use_[t.index()] = static_cast<std::int32_t>(k);
+        if (uses_[t.index()].empty() || uses_[t.index()].back() != static_cast<std::int32_t>(k))
+          uses_[t.index()].push_back(static_cast<std::int32_t>(k));
       }
     }
     graphs_.assign(nt, nullptr);
@@ -236,6 +276,12 @@ class DpModel {
   [[nodiscard]] const std::vector<Choice>& choices(std::size_t k) const { return ops_[k]; }
   [[nodiscard]] std::int32_t last_use(TensorId t) const { return last_use_[t.index()]; }
   [[nodiscard]] std::int32_t first_use(TensorId t) const { return first_use_[t.index()]; }
+  // The first op at or after k that reads t; INT32_MAX if none.
+  [[nodiscard]] std::int32_t next_use(TensorId t, std::int32_t k) const {
+    const std::vector<std::int32_t>& u = uses_[t.index()];
+    const auto it = std::lower_bound(u.begin(), u.end(), k);
+    return it == u.end() ? std::numeric_limits<std::int32_t>::max() : *it;
+  }
 
   ReshardGraph& reshard_graph(TensorId t) {
     if (graphs_[t.index()] == nullptr) {
@@ -319,6 +365,7 @@ class DpModel {
   DpOptions options_;
   std::vector<std::int32_t> last_use_;
   std::vector<std::int32_t> first_use_;
+  std::vector<std::vector<std::int32_t>> uses_;  // per tensor: the ops that read it, increasing
   std::vector<std::vector<Choice>> ops_;
   std::vector<ReshardGraph*> graphs_;
   std::vector<std::vector<std::int64_t>> bytes_;
@@ -361,8 +408,8 @@ struct StateHash {
   }
 };
 
-// A partial cost. Every component only grows along the graph and the final cost (time, base +
-// extra) is non-decreasing in each, so dominance in all components is safe pruning.
+// A partial cost. Every component only grows along the graph (see dominates for why comparing
+// them in these combinations is safe pruning).
 struct Label {
   double time = 0;        // step time so far (recompute of the open checkpointed block included)
   std::int64_t base = 0;  // P so far + K of closed groups + A of the open group if not checkpointed
@@ -372,9 +419,20 @@ struct Label {
   std::int32_t trace = -1;
 };
 
+// Whether every completion of `b` is matched or beaten by the same completion of `a` (two labels
+// of one state: the rest of the graph adds the same time t', base B', saved bytes S' and
+// workspace T' to both and closes the open group with the same input bytes `in`). The final
+// cost is time + t' and
+//   base + B' + max(extra, open_saved + S' − in + max(open_temp, T'), X''),
+// X'' the later groups' excursions. Term by term, that is no larger for `a` for every t', B', S',
+// T', X'' ≥ 0 when a.time ≤ b.time, a.base ≤ b.base, and a's base + extra, base + open_saved and
+// base + open_saved + open_temp are ≤ b's. This is coarser than comparing every component alone
+// (a label with less extra but more base than another is dropped when its sum is not smaller
+// either) and still exact.
 inline bool dominates(const Label& a, const Label& b) {
-  return a.time <= b.time && a.base <= b.base && a.extra <= b.extra &&
-         a.open_saved <= b.open_saved && a.open_temp <= b.open_temp;
+  return a.time <= b.time && a.base <= b.base && a.base + a.extra <= b.base + b.extra &&
+         a.base + a.open_saved <= b.base + b.open_saved &&
+         a.base + a.open_saved + a.open_temp <= b.base + b.open_saved + b.open_temp;
 }
 
 // Inserts `l` unless dominated; removes the labels it dominates.
@@ -391,14 +449,17 @@ inline bool insert_label(std::vector<Label>& labels, const Label& l) {
 
 // The labels of `candidates` that no other candidate dominates (duplicates keep one). Labels with
 // no open checkpointed block (open_saved = open_temp = 0) are filtered by a sweep in time order
-// over a (base, extra) staircase, O(n log n); others by pairwise insertion.
+// over a (base, base + extra) staircase, O(n log n); others by pairwise insertion.
 // With tolerance ε > 0 a candidate is also dropped when a kept label is at most as slow and within
-// a factor (1 + ε) in base and extra: the search is then approximate (see DpOptions::tolerance).
+// a factor (1 + ε) in base and base + extra: the search is then approximate (see
+// DpOptions::tolerance).
 inline std::vector<Label> pareto_filter(std::vector<Label> candidates, double tolerance = 0) {
   const bool flat = std::all_of(candidates.begin(), candidates.end(), [](const Label& l) {
     return l.open_saved == 0 && l.open_temp == 0;
   });
   if (!flat) {
+    std::sort(candidates.begin(), candidates.end(),
+              [](const Label& a, const Label& b) { return a.time < b.time; });
     std::vector<Label> out;
     for (const Label& l : candidates) insert_label(out, l);
     return out;
@@ -408,18 +469,19 @@ inline std::vector<Label> pareto_filter(std::vector<Label> candidates, double to
     if (a.base != b.base) return a.base < b.base;
     return a.extra < b.extra;
   });
-  std::map<std::int64_t, std::int64_t> stair;  // base -> extra, extra falling as base rises
+  std::map<std::int64_t, std::int64_t> stair;  // base -> base + extra, falling as base rises
   std::vector<Label> out;
   for (const Label& l : candidates) {
     const auto slack = [tolerance](std::int64_t v) {
       return tolerance == 0 ? v : v + static_cast<std::int64_t>(tolerance * static_cast<double>(v));
     };
+    const std::int64_t peak = l.base + l.extra;
     auto it = stair.upper_bound(slack(l.base));
-    if (it != stair.begin() && std::prev(it)->second <= slack(l.extra)) continue;  // dominated
+    if (it != stair.begin() && std::prev(it)->second <= slack(peak)) continue;  // dominated
     out.push_back(l);
     it = stair.lower_bound(l.base);
-    while (it != stair.end() && it->second >= l.extra) it = stair.erase(it);
-    stair[l.base] = l.extra;
+    while (it != stair.end() && it->second >= peak) it = stair.erase(it);
+    stair[l.base] = peak;
   }
   return out;
 }
@@ -429,12 +491,12 @@ using Frontier = std::unordered_map<State, std::vector<Label>, StateHash>;
 // How a label came to be: an op's choice, a block's checkpoint decision, or a memoized block.
 struct Trace {
   std::int32_t parent = -1;
-  std::int32_t op = -1;      // op choice: the op index
-  std::int32_t choice = -1;  // op choice: index into DpModel::choices(op)
-  std::int32_t group = -1;   // block entry or memoized block: the group
-  std::int32_t block_trace =
-      -1;                   // memoized block: the last trace of its internal run (block 0's ops)
-  bool checkpoint = false;  // block entry or memoized block: checkpointed
+  std::int32_t op = -1;         // op choice: the op index
+  std::int32_t choice = -1;     // op choice: index into DpModel::choices(op)
+  std::int32_t group = -1;      // block entry or memoized block: the group
+  std::int32_t sub = -1;        // memoized block or segment: the last trace of its internal run
+  std::int32_t ops_offset = 0;  // memoized block: its first op minus the first block's
+  bool checkpoint = false;      // block entry or memoized block: checkpointed
 };
 
 class Dp {
@@ -541,13 +603,7 @@ class Dp {
         }
       }
     }
-    Frontier out;
-    for (auto& [state, candidates] : pending) {
-      std::vector<Label> kept = pareto_filter(std::move(candidates), m_.options().tolerance);
-      for (Label& l : kept) l.trace = push_trace(links[static_cast<std::size_t>(l.trace)]);
-      out[state] = std::move(kept);
-    }
-    return out;
+    return filter_pending(pending, links);
   }
 
   // The cost of op k with choice c from `state` (label-independent), and the next state.
@@ -597,8 +653,9 @@ class Dp {
         stored = *it;
       }
       const bool moved = stored.spec != in.want;
-      if (moved && op.kind == OpKind::view)
-        return false;  // views move no data (see the design note)
+      if (moved && i == 0 && info.producer.valid() &&
+          reads_stored_spec(op.kind, m_.spec(t, stored.spec)))
+        return false;  // see the design note's search space
       double forward_move = 0;
       if (moved) {
         forward_move = m_.move_time(t, stored.spec, in.want);
@@ -791,18 +848,59 @@ class Dp {
     Label zero{};
     if (checkpoint) zero.base = entry.bytes;
     f[s0].push_back(zero);
-    for (std::int32_t k = grp.first_op; k < grp.end_op; ++k)
-      f = step(static_cast<std::size_t>(k), f);
+    f = run_ops(grp.first_op, grp.end_op, std::move(f));
     f = end_group(f);
     std::vector<BlockExit> exits;
     for (auto& [state, labels] : f) exits.push_back({state.live, labels});
     return exits_.emplace(key, std::move(exits)).first->second;
   }
 
+  // `outer` followed by a memoized run from a zero label: times and bases add, the other
+  // components are the larger of the two or add (an open checkpointed block's saved bytes).
+  static Label combine(const Label& outer, const Label& internal) {
+    Label n = outer;
+    n.time += internal.time;
+    n.base += internal.base;
+    n.extra = std::max(outer.extra, internal.extra);
+    n.open_saved += internal.open_saved;
+    n.open_temp = std::max(outer.open_temp, internal.open_temp);
+    return n;
+  }
+
+  // Every label of `outer` followed by every label of `internal`, as candidates into `dst`; each
+  // candidate's trace indexes `links`, where `link` gets the two parents.
+  void combine_all(std::vector<Label>& dst, const std::vector<Label>& outer,
+                   const std::vector<Label>& internal, Trace link, std::vector<Trace>& links) {
+    for (const Label& l : outer) {
+      for (const Label& i : internal) {
+        Label n = combine(l, i);
+        n.trace = static_cast<std::int32_t>(links.size());
+        link.parent = l.trace;
+        link.sub = i.trace;
+        links.push_back(link);
+        dst.push_back(n);
+        ++labels_created_;
+      }
+    }
+  }
+
+  // Keeps the Pareto-optimal candidates of every state; candidates' `trace` indexes `links`.
+  Frontier filter_pending(Frontier& pending, const std::vector<Trace>& links) {
+    Frontier out;
+    for (auto& [state, candidates] : pending) {
+      std::vector<Label> kept = pareto_filter(std::move(candidates), m_.options().tolerance);
+      if (kept.empty()) continue;
+      for (Label& l : kept) l.trace = push_trace(links[static_cast<std::size_t>(l.trace)]);
+      out[state] = std::move(kept);
+    }
+    return out;
+  }
+
   Frontier apply_block(std::int32_t gi, const Frontier& in) {
     const TensorId x = block_input(gi);
     const std::int32_t dt = x.value - block_input(first_block_).value;
-    Frontier out;
+    const std::int32_t ops_offset = g_.groups()[static_cast<std::size_t>(gi)].first_op -
+                                    g_.groups()[static_cast<std::size_t>(first_block_)].first_op;
     Frontier pending;
     std::vector<Trace> links;
     for (const auto& [state, labels] : in) {
@@ -829,35 +927,97 @@ class Dp {
             next.live.push_back(l);
           }
           sort_live(next.live);
-          std::vector<Label>& dst = pending[next];
-          for (const Label& l : labels) {
-            for (const Label& internal : exit.labels) {
-              Label n = l;
-              n.time += internal.time;
-              n.base += internal.base;
-              n.extra = std::max(l.extra, internal.extra);
-              // Until filtered, `trace` indexes `links`: the parent, the block's internal trace,
-              // the flag.
-              n.trace = static_cast<std::int32_t>(links.size());
-              links.push_back({.parent = l.trace,
-                               .group = gi,
-                               .block_trace = internal.trace,
-                               .checkpoint = ckpt});
-              dst.push_back(n);
-              ++labels_created_;
-            }
-          }
+          combine_all(pending[next], labels, exit.labels,
+                      {.group = gi, .ops_offset = ops_offset, .checkpoint = ckpt}, links);
         }
       }
     }
-    for (auto& [state, candidates] : pending) {
-      std::vector<Label> kept = pareto_filter(std::move(candidates), m_.options().tolerance);
-      for (Label& l : kept) l.trace = push_trace(links[static_cast<std::size_t>(l.trace)]);
-      out[state] = std::move(kept);
+    return filter_pending(pending, links);
+  }
+
+  // ---- memoized segments inside a block ----
+  // Ops [first, end) of one open group, with memoized segments where they apply.
+  Frontier run_ops(std::int32_t first, std::int32_t end, Frontier f) {
+    for (std::int32_t k = first; k < end;) {
+      const std::int32_t e = segment_end(k, end, f);
+      if (e > k) {
+        f = apply_segment(k, e, f);
+        k = e;
+      } else {
+        f = step(static_cast<std::size_t>(k), f);
+        ++k;
+      }
     }
-    for (auto it = out.begin(); it != out.end();)
-      it = it->second.empty() ? out.erase(it) : std::next(it);
-    return out;
+    return f;
+  }
+
+  // A segment [a, e) of a group: the live tensors that op a does not read ride along unread
+  // (riders) until e, the first op that reads one of them; those op a reads are its entries. Its
+  // transfer table (exit states and labels from a zero label, per entry state) is computed once
+  // and shared by every state that agrees on the entries (exact: see the design note). Used when
+  // it spans at least kMinSegment ops and no rider shares a buffer with an entry (an op saving an
+  // entry marks the buffer saved, which a rider would see). Returns e, or a (none).
+  static constexpr std::int32_t kMinSegment = 4;
+  std::int32_t segment_end(std::int32_t a, std::int32_t end, const Frontier& f) const {
+    if (f.empty() || end - a < kMinSegment) return a;
+    std::int32_t e = end;
+    bool any_entry = false;
+    bool any_rider = false;
+    for (const Live& l : f.begin()->first.live) {  // every state has the same live tensors
+      const std::int32_t next = m_.next_use(TensorId{l.tensor}, a);
+      if (next == a) {
+        any_entry = true;
+      } else {
+        any_rider = true;
+        e = std::min(e, next);
+      }
+    }
+    if (!any_entry || !any_rider || e - a < kMinSegment) return a;
+    for (const auto& [state, labels] : f) {
+      for (const Live& r : state.live) {
+        if (m_.next_use(TensorId{r.tensor}, a) == a) continue;
+        for (const Live& l : state.live) {
+          if (m_.next_use(TensorId{l.tensor}, a) == a && l.root == r.root) return a;
+        }
+      }
+    }
+    return e;
+  }
+
+  using SegmentKey = std::pair<std::int32_t, std::int32_t>;
+  std::map<SegmentKey, std::unordered_map<State, std::vector<BlockExit>, StateHash>> segments_{};
+
+  const std::vector<BlockExit>& segment_exits(std::int32_t a, std::int32_t e, const State& entry) {
+    auto& table = segments_[{a, e}];
+    auto it = table.find(entry);
+    if (it != table.end()) return it->second;
+    Frontier f;
+    f[entry].push_back(Label{});
+    f = run_ops(a, e, std::move(f));
+    std::vector<BlockExit> exits;
+    for (auto& [state, labels] : f) exits.push_back({state.live, labels});
+    return segments_[{a, e}].emplace(entry, std::move(exits)).first->second;
+  }
+
+  Frontier apply_segment(std::int32_t a, std::int32_t e, const Frontier& in) {
+    Frontier pending;
+    std::vector<Trace> links;
+    for (const auto& [state, labels] : in) {
+      State entry{.checkpoint = state.checkpoint, .checkpoint_input = state.checkpoint_input};
+      std::vector<Live> riders;
+      for (const Live& l : state.live) {
+        (m_.next_use(TensorId{l.tensor}, a) == a ? entry.live : riders).push_back(l);
+      }
+      for (const BlockExit& exit : segment_exits(a, e, entry)) {
+        State next{.live = riders,
+                   .checkpoint = state.checkpoint,
+                   .checkpoint_input = state.checkpoint_input};
+        next.live.insert(next.live.end(), exit.live.begin(), exit.live.end());
+        sort_live(next.live);
+        combine_all(pending[next], labels, exit.labels, {}, links);
+      }
+    }
+    return filter_pending(pending, links);
   }
 
   // ---- traces and results ----
@@ -870,27 +1030,15 @@ class Dp {
     return static_cast<std::int32_t>(traces_used_++);
   }
 
-  // Walks a trace back, filling op choices and checkpoint flags (ops of memoized blocks by offset).
-  void unwind(std::int32_t t, DpPoint& p) {
+  // Walks a trace back, filling op choices and checkpoint flags; memoized runs recorded for the
+  // first block's ops are shifted by their block's offset.
+  void unwind(std::int32_t t, std::int32_t ops_offset, DpPoint& p) {
     while (t >= 0) {
       const Trace& tr = traces_[static_cast<std::size_t>(t)];
       if (tr.group >= 0) p.checkpointed[static_cast<std::size_t>(tr.group)] = tr.checkpoint;
-      if (tr.block_trace >= 0) {
-        const std::int32_t ops_offset =
-            g_.groups()[static_cast<std::size_t>(tr.group)].first_op -
-            g_.groups()[static_cast<std::size_t>(first_block_)].first_op;
-        for (std::int32_t u = tr.block_trace; u >= 0;
-             u = traces_[static_cast<std::size_t>(u)].parent) {
-          const Trace& inner = traces_[static_cast<std::size_t>(u)];
-          if (inner.op >= 0) {
-            p.strategy[static_cast<std::size_t>(inner.op + ops_offset)] =
-                m_.choices(
-                      static_cast<std::size_t>(inner.op))[static_cast<std::size_t>(inner.choice)]
-                    .index;
-          }
-        }
-      } else if (tr.op >= 0) {
-        p.strategy[static_cast<std::size_t>(tr.op)] =
+      if (tr.sub >= 0) unwind(tr.sub, ops_offset + tr.ops_offset, p);
+      if (tr.op >= 0) {
+        p.strategy[static_cast<std::size_t>(tr.op + ops_offset)] =
             m_.choices(static_cast<std::size_t>(tr.op))[static_cast<std::size_t>(tr.choice)].index;
       }
       t = tr.parent;
@@ -908,6 +1056,7 @@ class Dp {
     });
     DpResult r;
     r.labels_created = labels_created_;
+    for (const auto& [range, table] : segments_) r.segment_tables += table.size();
     std::int64_t best_peak = std::numeric_limits<std::int64_t>::max();
     for (const Label& l : all) {
       const std::int64_t peak = l.base + l.extra;
@@ -918,7 +1067,7 @@ class Dp {
       p.peak_bytes = peak;
       p.strategy.assign(g_.num_ops(), 0);
       p.checkpointed.assign(g_.groups().size(), false);
-      unwind(l.trace, p);
+      unwind(l.trace, 0, p);
       r.frontier.push_back(std::move(p));
     }
     return r;

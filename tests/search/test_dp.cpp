@@ -150,6 +150,20 @@ void check(std::uint32_t seed) {
     };
     REQUIRE(same_time(best(dp.frontier), best(bf)));
   }
+  // With the budget given to the DP, its frontier is brute force's points that fit.
+  DpOptions capped = p.options;
+  capped.memory_budget = budget(rng);
+  const DpResult fit = dp_frontier(p.graph, p.mesh, p.hw, capped, p.filter);
+  std::vector<DpPoint> bf_fit;
+  for (const DpPoint& q : bf) {
+    if (q.peak_bytes <= capped.memory_budget) bf_fit.push_back(q);
+  }
+  INFO("budget " << capped.memory_budget);
+  REQUIRE(fit.frontier.size() == bf_fit.size());
+  for (std::size_t i = 0; i < bf_fit.size(); ++i) {
+    REQUIRE(same_time(fit.frontier[i].time_s, bf_fit[i].time_s));
+    REQUIRE(fit.frontier[i].peak_bytes == bf_fit[i].peak_bytes);
+  }
 }
 
 }  // namespace

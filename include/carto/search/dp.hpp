@@ -70,7 +70,10 @@
 // (exact for the same reason). A branch thus costs (its entry specs) × (its inner states) instead
 // of also × (the residual's specs), and the table is shared by every entry spec of the block that
 // reaches the same branch input. Used when [a, e) spans at least four ops and no rider shares a
-// buffer with an entry (saving an entry would mark a rider's buffer saved).
+// buffer with an entry (saving an entry would mark a rider's buffer saved). A cut — a point inside
+// a block where one tensor is live (the residual between attention and MLP) — starts a segment to
+// the block's end, shared by every entry spec of the block that reaches the cut in the same
+// state.
 #pragma once
 
 #include <algorithm>
@@ -113,6 +116,9 @@ struct DpOptions {
   // of a faster one are pruned at every step, which bounds the state sets on deep models; a plan's
   // memory can then exceed the best plan's by up to a factor (1 + ε) per pruning step on its path.
   double tolerance = 0;
+  // Bytes per device. A partial plan whose peak already exceeds it is dropped (costs only grow):
+  // the frontier then holds exactly the frontier's points that fit. The default keeps everything.
+  std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max();
 };
 
 // The strategies each op may use: all of enumerate_strategies, or a subset (pins). allowed[k] lists
@@ -887,7 +893,11 @@ class Dp {
   // Keeps the Pareto-optimal candidates of every state; candidates' `trace` indexes `links`.
   Frontier filter_pending(Frontier& pending, const std::vector<Trace>& links) {
     Frontier out;
+    const std::int64_t budget = m_.options().memory_budget;
     for (auto& [state, candidates] : pending) {
+      if (budget < std::numeric_limits<std::int64_t>::max()) {
+        std::erase_if(candidates, [budget](const Label& l) { return l.base + l.extra > budget; });
+      }
       std::vector<Label> kept = pareto_filter(std::move(candidates), m_.options().tolerance);
       if (kept.empty()) continue;
       for (Label& l : kept) l.trace = push_trace(links[static_cast<std::size_t>(l.trace)]);
@@ -939,7 +949,7 @@ class Dp {
   // Ops [first, end) of one open group, with memoized segments where they apply.
   Frontier run_ops(std::int32_t first, std::int32_t end, Frontier f) {
     for (std::int32_t k = first; k < end;) {
-      const std::int32_t e = segment_end(k, end, f);
+      const std::int32_t e = segment_end(first, k, end, f);
       if (e > k) {
         f = apply_segment(k, e, f);
         k = e;
@@ -956,9 +966,11 @@ class Dp {
   // transfer table (exit states and labels from a zero label, per entry state) is computed once
   // and shared by every state that agrees on the entries (exact: see the design note). Used when
   // it spans at least kMinSegment ops and no rider shares a buffer with an entry (an op saving an
-  // entry marks the buffer saved, which a rider would see). Returns e, or a (none).
+  // entry marks the buffer saved, which a rider would see); without riders, only at a cut (one
+  // live tensor), where it runs to the group's end. Returns e, or a (none).
   static constexpr std::int32_t kMinSegment = 4;
-  std::int32_t segment_end(std::int32_t a, std::int32_t end, const Frontier& f) const {
+  std::int32_t segment_end(std::int32_t first, std::int32_t a, std::int32_t end,
+                           const Frontier& f) const {
     if (f.empty() || end - a < kMinSegment) return a;
     std::int32_t e = end;
     bool any_entry = false;
@@ -972,7 +984,10 @@ class Dp {
         e = std::min(e, next);
       }
     }
-    if (!any_entry || !any_rider || e - a < kMinSegment) return a;
+    if (!any_entry || e - a < kMinSegment) return a;
+    // Without riders, only a cut (one live tensor) past the run's first op is worth a table: it is
+    // shared by the runs that reach the cut in the same state (the blocks' entry specs).
+    if (!any_rider && (f.begin()->first.live.size() != 1 || a == first)) return a;
     for (const auto& [state, labels] : f) {
       for (const Live& r : state.live) {
         if (m_.next_use(TensorId{r.tensor}, a) == a) continue;
@@ -1003,7 +1018,8 @@ class Dp {
     Frontier pending;
     std::vector<Trace> links;
     for (const auto& [state, labels] : in) {
-      State entry{.checkpoint = state.checkpoint, .checkpoint_input = state.checkpoint_input};
+      // The open block's input bytes matter only when the block closes, after the segment.
+      State entry{.checkpoint = state.checkpoint};
       std::vector<Live> riders;
       for (const Live& l : state.live) {
         (m_.next_use(TensorId{l.tensor}, a) == a ? entry.live : riders).push_back(l);
@@ -1060,7 +1076,7 @@ class Dp {
     std::int64_t best_peak = std::numeric_limits<std::int64_t>::max();
     for (const Label& l : all) {
       const std::int64_t peak = l.base + l.extra;
-      if (peak >= best_peak) continue;
+      if (peak >= best_peak || peak > m_.options().memory_budget) continue;
       best_peak = peak;
       DpPoint p;
       p.time_s = l.time;

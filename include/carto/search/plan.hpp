@@ -6,8 +6,10 @@
 // size ≥ 2, in the order given by mesh_candidates, the last axis innermost), every ZeRO stage in
 // SearchOptions::zero_stages, every micro-batch count in SearchOptions::micro_batches that divides
 // the global batch — merges the frontiers, and returns the fastest plan whose peak fits the budget,
-// with the merged frontier. No plan fits: a carto::Error that states the least memory any plan
-// needs and which plan that is.
+// with the merged frontier of the plans that fit (the DP drops partial plans over the budget, which
+// is exact for them and makes a tight budget cheaper to search). No plan fits: a carto::Error that
+// states the least memory any plan needs and which plan that is (found by a second sweep without
+// the budget).
 //
 // Op names: "<group>.<kind><n>", n counting ops of that kind within the group (block.3.einsum0 is
 // the fused QKV projection of block 3). A pin "NAME=SPEC" keeps only the strategies of the named op
@@ -285,45 +287,51 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
   least.point.peak_bytes = std::numeric_limits<std::int64_t>::max();
   std::vector<FrontierPoint> all;
   bool any_micro = false;
-  for (const std::int64_t m : options.micro_batches) {
-    if (m < 1 || global_batch % m != 0) continue;
-    any_micro = true;
-    const Graph g = make_graph(global_batch / m);
-    for (const DeviceMesh& mesh : mesh_candidates(devices, options.max_mesh_axes)) {
-      const StrategyOptions sopt{.precision = options.precision,
-                                 .layernorm_stats = options.layernorm_stats};
-      const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
-      for (const int zero : options.zero_stages) {
-        const DpOptions dp{.precision = options.precision,
-                           .layernorm_stats = options.layernorm_stats,
+  // Every outer choice; the DP drops partial plans over `budget`.
+  auto sweep = [&](std::int64_t budget) {
+    for (const std::int64_t m : options.micro_batches) {
+      if (m < 1 || global_batch % m != 0) continue;
+      any_micro = true;
+      const Graph g = make_graph(global_batch / m);
+      for (const DeviceMesh& mesh : mesh_candidates(devices, options.max_mesh_axes)) {
+        const StrategyOptions sopt{.precision = options.precision,
+                                   .layernorm_stats = options.layernorm_stats};
+        const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
+        for (const int zero : options.zero_stages) {
+          const DpOptions dp{.precision = options.precision,
+                             .layernorm_stats = options.layernorm_stats,
+                             .zero_stage = zero,
+                             .micro_batches = m,
+                             .checkpoint = options.checkpoint,
+                             .tolerance = options.tolerance,
+                             .memory_budget = budget};
+          const DpResult r = dp_frontier(g, mesh, hw, dp, filter);
+          for (const DpPoint& p : r.frontier) {
+            all.push_back({.time_s = p.time_s,
+                           .peak_bytes = p.peak_bytes,
+                           .mesh = to_string(mesh),
                            .zero_stage = zero,
-                           .micro_batches = m,
-                           .checkpoint = options.checkpoint,
-                           .tolerance = options.tolerance};
-        const DpResult r = dp_frontier(g, mesh, hw, dp, filter);
-        for (const DpPoint& p : r.frontier) {
-          all.push_back({.time_s = p.time_s,
-                         .peak_bytes = p.peak_bytes,
-                         .mesh = to_string(mesh),
-                         .zero_stage = zero,
-                         .micro_batches = m});
-          if (p.peak_bytes <= options.memory_budget && (!best.found || p.time_s < best.time)) {
-            best = {
-                .found = true, .time = p.time_s, .point = p, .mesh = mesh, .dp = dp, .micro = m};
-          }
-          if (p.peak_bytes < least.point.peak_bytes) {
-            least = {
-                .found = true, .time = p.time_s, .point = p, .mesh = mesh, .dp = dp, .micro = m};
+                           .micro_batches = m});
+            if (p.peak_bytes <= options.memory_budget && (!best.found || p.time_s < best.time)) {
+              best = {
+                  .found = true, .time = p.time_s, .point = p, .mesh = mesh, .dp = dp, .micro = m};
+            }
+            if (p.peak_bytes < least.point.peak_bytes) {
+              least = {
+                  .found = true, .time = p.time_s, .point = p, .mesh = mesh, .dp = dp, .micro = m};
+            }
           }
         }
       }
     }
-  }
+  };
+  sweep(options.memory_budget);
   if (!any_micro) {
     detail::fail("carto: no micro-batch count in the candidates divides the global batch ",
                  global_batch);
   }
   if (!best.found) {
+    sweep(std::numeric_limits<std::int64_t>::max());  // only to name the least memory
     detail::fail("carto: no plan fits the memory budget of ", format_bytes(options.memory_budget),
                  " per device; the least memory any plan needs is ",
                  format_bytes(least.point.peak_bytes), " (", least.point.peak_bytes,

@@ -1,12 +1,15 @@
 // The CPU backend's kernels on one thread (one rank): OpenBLAS sgemm GFLOP/s at the demo's sizes,
 // and GB/s of every other kernel (layernorm, softmax, fused attention, GELU, dropout, the
 // elementwise ones, cross-entropy, AdamW, strided copies) at GPT-2 small's activation sizes
-// (1024 tokens of 768, MLP 3072). Each benchmark prints the FLOPs and bytes it
-// counts per call and the time the cost model's CPU profile predicts for that work (the roofline
-// of carto/cost/hardware.hpp with hardware::cpu()), with the ratio measured / predicted.
+// (1024 tokens of 768, MLP 3072). Each benchmark prints the FLOPs and bytes it counts per call and
+// the time the cost model's CPU profile predicts for that work (the roofline of
+// carto/cost/hardware.hpp with hardware::cpu()), with the ratio measured / predicted.
 //
 // Bytes count each tensor read or written once (fp32): a kernel that streams its operands through
-// cache once moves exactly these; more traffic shows as a lower GB/s.
+// cache once moves exactly these; more traffic shows as a lower GB/s. FLOPs are the profiler's
+// conventions (op_cost.hpp), which count an exp as one FLOP and dropout's random numbers (ten
+// Philox rounds per four elements) as none: GELU, softmax, cross-entropy and dropout do more
+// arithmetic than their counts, and sit above the roofline by that much.
 #include <benchmark/benchmark.h>
 
 #include <carto/cost/hardware.hpp>

@@ -92,6 +92,47 @@ QueryBlock query_block(const GlobalIndexer& where, const AttentionArgs& args, st
   return q;
 }
 
+// One query row of the forward: its scores sr[0, keys) become the (dropped-out) probabilities
+// over the n visible keys and 0 after them; returns the row's logsumexp. factor: the dropout
+// factors of the n keys, or nullptr without dropout.
+CARTO_VECTOR_CLONES float probabilities_row(float* sr, std::int64_t n, std::int64_t keys,
+                                            const float* factor) {
+  const float max = detail::max_lanes(n, [&](std::int64_t j) { return sr[j]; });
+#pragma omp simd
+  for (std::int64_t j = 0; j < n; ++j) sr[j] = detail::exp_approx(sr[j] - max);
+  const float sum = detail::sum_lanes<float>(n, [&](std::int64_t j) { return sr[j]; });
+  const float inv = 1.0f / sum;
+  if (factor != nullptr) {
+#pragma omp simd
+    for (std::int64_t j = 0; j < n; ++j) sr[j] = sr[j] * inv * factor[j];
+  } else {
+#pragma omp simd
+    for (std::int64_t j = 0; j < n; ++j) sr[j] *= inv;
+  }
+  std::fill(sr + n, sr + keys, 0.0f);
+  return max + std::log(sum);
+}
+
+// One query row of the backward, from its recomputed scores pr = scale · q kᵀ and dpr = dout vᵀ
+// over [0, keys): pr becomes the dropped-out probabilities P ∘ mask (for dv) and dpr the score
+// gradients dS = scale · P ∘ (mask ∘ dP - D) with D = dout · out (for dq, dk); both 0 after the n
+// visible keys. factor: the n dropout factors (all 1 without dropout).
+CARTO_VECTOR_CLONES void gradient_row(float* pr, float* dpr, std::int64_t n, std::int64_t keys,
+                                      float lse, const float* dout_row, const float* out_row,
+                                      std::int64_t d, float scale, const float* factor) {
+  const float big_d =
+      detail::sum_lanes<float>(d, [&](std::int64_t e) { return dout_row[e] * out_row[e]; });
+#pragma omp simd
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float prob = detail::exp_approx(pr[j] - lse);
+    const float ds = scale * prob * (factor[j] * dpr[j] - big_d);  // d loss / d (q_i · k_j)
+    pr[j] = prob * factor[j];
+    dpr[j] = ds;
+  }
+  std::fill(pr + n, pr + keys, 0.0f);
+  std::fill(dpr + n, dpr + keys, 0.0f);
+}
+
 // The workspace of one call, from the backend's allocator (category temporaries): `blocks` score
 // blocks of min(kQueryBlock, Sq) × Sk floats, a row's dropout factors (Sk floats) and, with
 // dropout, its mask words (Sk).
@@ -166,23 +207,10 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
         for (std::int64_t r = 0; r < blk.rows; ++r) {
           const RowView row = row_view(where, args, g.seq, b, h, first + r);
           CARTO_CHECK(row.visible > 0, "attention_forward: query row ", first + r, " sees no key");
-          float* sr = s + r * blk.keys;
-          const std::int64_t n = row.visible;
-          const float max = detail::max_lanes(n, [&](std::int64_t j) { return sr[j]; });
-#pragma omp simd
-          for (std::int64_t j = 0; j < n; ++j) sr[j] = detail::exp_approx(sr[j] - max);
-          const float sum = detail::sum_lanes<float>(n, [&](std::int64_t j) { return sr[j]; });
-          const float inv = 1.0f / sum;
-          if (args.dropout > 0.0f) {
-            const float* factor = work.dropout_factors(args, row.base, n);
-#pragma omp simd
-            for (std::int64_t j = 0; j < n; ++j) sr[j] = sr[j] * inv * factor[j];
-          } else {
-#pragma omp simd
-            for (std::int64_t j = 0; j < n; ++j) sr[j] *= inv;
-          }
-          std::fill(sr + n, sr + blk.keys, 0.0f);
-          plse[head + first + r] = max + std::log(sum);
+          const float* factor =
+              args.dropout > 0.0f ? work.dropout_factors(args, row.base, row.visible) : nullptr;
+          plse[head + first + r] =
+              probabilities_row(s + r * blk.keys, row.visible, blk.keys, factor);
         }
         sgemm(false, false, blk.rows, d, blk.keys, 1.0f, s, blk.keys, vh, d, 0.0f,
               po + (head + first) * d, d);
@@ -233,25 +261,9 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
         sgemm(false, true, blk.rows, blk.keys, d, 1.0f, pdo + at, d, vh, d, 0.0f, dp, blk.keys);
         for (std::int64_t r = 0; r < blk.rows; ++r) {
           const RowView row = row_view(where, args, g.seq, b, h, first + r);
-          const std::int64_t n = row.visible;
-          float* pr = p + r * blk.keys;
-          float* dpr = dp + r * blk.keys;
-          const float* dor = pdo + at + r * d;
-          const float* orow = po + at + r * d;
-          const float lse = plse[head + first + r];
-          // D = Σ_j P_ij dP_ij
-          const float big_d =
-              detail::sum_lanes<float>(d, [&](std::int64_t e) { return dor[e] * orow[e]; });
-          const float* factor = work.dropout_factors(args, row.base, n);
-#pragma omp simd
-          for (std::int64_t j = 0; j < n; ++j) {
-            const float prob = detail::exp_approx(pr[j] - lse);
-            const float ds = scale * prob * (factor[j] * dpr[j] - big_d);  // d loss / d (q_i · k_j)
-            pr[j] = prob * factor[j];  // the dropped-out probability, for dv
-            dpr[j] = ds;
-          }
-          std::fill(pr + n, pr + blk.keys, 0.0f);
-          std::fill(dpr + n, dpr + blk.keys, 0.0f);
+          const float* factor = work.dropout_factors(args, row.base, row.visible);
+          gradient_row(p + r * blk.keys, dp + r * blk.keys, row.visible, blk.keys,
+                       plse[head + first + r], pdo + at + r * d, po + at + r * d, d, scale, factor);
         }
         sgemm(true, false, blk.keys, d, blk.rows, 1.0f, p, blk.keys, pdo + at, d, 1.0f,
               pdv + head * d, d);

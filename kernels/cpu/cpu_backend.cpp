@@ -190,41 +190,30 @@ void CpuBackend::gemm(ConstTensorView a, ConstTensorView b, TensorView c, const 
 namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
-}  // namespace
 
 // 0.5·(1 + tanh(u)) = 1 / (1 + e^(-2u)): the same function with one exp and no cancellation of
 // 1 + tanh(u) for x << 0. The exponent is capped at 80 (e^80 < FLT_MAX / 1e4), where the factor is
 // below 2e-35 either way, so that 1 + e and the products below stay finite and normal.
-namespace {
 struct GeluTerms {
   float e;      // e^(-2u)
   float sigma;  // 1 / (1 + e) = 0.5·(1 + tanh(u))
 };
-inline GeluTerms gelu_terms(float v) {
+CARTO_VECTOR_INLINE GeluTerms gelu_terms(float v) {
   const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
   const float e = detail::exp_approx(std::min(-2.0f * u, 80.0f));
   return {.e = e, .sigma = 1.0f / (1.0f + e)};
 }
-}  // namespace
 
-void CpuBackend::gelu_forward(ConstTensorView x, TensorView y) {
-  require_numel("gelu_forward", "y", y.numel(), x.numel());
-  const float* px = x.f32();
-  float* py = y.f32();
-  const std::int64_t n = x.numel();
+// y = x·σ(2u) over n elements (y may be x).
+CARTO_VECTOR_CLONES void gelu_forward_loop(const float* px, float* py, std::int64_t n) {
 #pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) py[i] = px[i] * gelu_terms(px[i]).sigma;
 }
 
-void CpuBackend::gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) {
-  require_numel("gelu_backward", "dy", dy.numel(), x.numel());
-  require_numel("gelu_backward", "dx", dx.numel(), x.numel());
-  const float* px = x.f32();
-  const float* pdy = dy.f32();
-  float* pdx = dx.f32();
-  const std::int64_t n = x.numel();
-  // d/dx x·σ(2u) = σ + 2x·σ·(1 - σ)·du/dx, with 1 - σ = e·σ (exact for σ near 1) and
-  // 0.5·(1 - tanh²u) = 2σ(1 - σ).
+// dx += dy · d/dx x·σ(2u) = dy · (σ + 2x·σ·(1 - σ)·du/dx), with 1 - σ = e·σ (exact for σ near 1)
+// and 0.5·(1 - tanh²u) = 2σ(1 - σ).
+CARTO_VECTOR_CLONES void gelu_backward_loop(const float* px, const float* pdy, float* pdx,
+                                            std::int64_t n) {
 #pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) {
     const float v = px[i];
@@ -232,6 +221,19 @@ void CpuBackend::gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
     pdx[i] += pdy[i] * (t.sigma + 2.0f * v * t.sigma * (t.e * t.sigma) * du);
   }
+}
+
+}  // namespace
+
+void CpuBackend::gelu_forward(ConstTensorView x, TensorView y) {
+  require_numel("gelu_forward", "y", y.numel(), x.numel());
+  gelu_forward_loop(x.f32(), y.f32(), x.numel());
+}
+
+void CpuBackend::gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) {
+  require_numel("gelu_backward", "dy", dy.numel(), x.numel());
+  require_numel("gelu_backward", "dx", dx.numel(), x.numel());
+  gelu_backward_loop(x.f32(), dy.f32(), dx.f32(), x.numel());
 }
 
 void CpuBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {

@@ -4,6 +4,7 @@
 #include "cpu_backend.hpp"
 #include "dropout_mask.hpp"
 #include "kernel_checks.hpp"
+#include "vector_math.hpp"
 
 namespace carto::cpu {
 
@@ -17,7 +18,7 @@ constexpr int kPhiloxRounds = 10;
 
 // The blocks first, first + 1, ... of stream `rng` (rng::block), word w of block k at 4·k + w.
 // The same rounds as carto::philox4x32<10>, with the blocks in the vectorized (inner) loop.
-void philox_batch(RngStream rng, std::uint64_t first, std::uint32_t* words) {
+CARTO_VECTOR_INLINE void philox_batch(RngStream rng, std::uint64_t first, std::uint32_t* words) {
   constexpr std::uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr std::uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
   std::uint32_t key0[kPhiloxRounds], key1[kPhiloxRounds];
@@ -57,8 +58,8 @@ void philox_batch(RngStream rng, std::uint64_t first, std::uint32_t* words) {
 
 }  // namespace
 
-void dropout_keep(RngStream rng, std::int64_t first, std::int64_t count, float probability,
-                  std::uint32_t* keep) {
+CARTO_VECTOR_CLONES void dropout_keep(RngStream rng, std::int64_t first, std::int64_t count,
+                                      float probability, std::uint32_t* keep) {
   if (probability <= 0.0f) {  // every uniform in [0, 1) is >= 0: nothing to draw
     std::fill(keep, keep + count, 1u);
     return;

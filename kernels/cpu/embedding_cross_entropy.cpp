@@ -80,31 +80,68 @@ LogitRows logit_rows(std::string_view call, const TensorShape& logits, std::int6
   r.count = args.token_count > 0 ? args.token_count : r.rows;
   return r;
 }
+
+// The loops over logits (rows, vocab): a row's max, and its Σ exp(logit - max).
+CARTO_VECTOR_INLINE float row_max_of(const float* li, std::int64_t vocab) {
+  return detail::max_lanes(vocab, [&](std::int64_t j) { return li[j]; });
+}
+CARTO_VECTOR_INLINE float sum_exp_of(const float* li, float max, std::int64_t vocab) {
+  return detail::sum_lanes<float>(vocab, [&](std::int64_t j) { return exp_approx(li[j] - max); });
+}
+
+CARTO_VECTOR_CLONES void row_max_rows(const float* pl, float* pm, std::int64_t rows,
+                                      std::int64_t vocab) {
+  for (std::int64_t i = 0; i < rows; ++i) pm[i] = row_max_of(pl + i * vocab, vocab);
+}
+
+CARTO_VECTOR_CLONES void sum_exp_rows(const float* pl, const float* pm, float* ps,
+                                      std::int64_t rows, std::int64_t vocab) {
+  for (std::int64_t i = 0; i < rows; ++i) ps[i] = sum_exp_of(pl + i * vocab, pm[i], vocab);
+}
+
+// Both, a row at a time: the row is read from memory once and then from cache (whole rows, where
+// no all-reduce of the max comes between). The same values as the two loops.
+CARTO_VECTOR_CLONES void max_and_sum_exp_rows(const float* pl, float* pm, float* ps,
+                                              std::int64_t rows, std::int64_t vocab) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    pm[i] = row_max_of(pl + i * vocab, vocab);
+    ps[i] = sum_exp_of(pl + i * vocab, pm[i], vocab);
+  }
+}
+
+// dlogits += g · (exp(logit - lse) - [column == target]), target the row's column in this shard
+// or outside [0, vocab).
+CARTO_VECTOR_CLONES void cross_entropy_backward_rows(const float* pl, const float* plse,
+                                                     const std::int32_t* targets,
+                                                     std::int64_t vocab_offset, float g, float* pd,
+                                                     std::int64_t rows, std::int64_t vocab) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const float* li = pl + i * vocab;
+    float* di = pd + i * vocab;
+    const float lse = plse[i];
+    // Every column as if it were not the target, then the target's column (when it is in this
+    // shard's vocab rows) redone from its old value with the -1.
+    const std::int64_t target = targets[i] - vocab_offset;
+    const bool local = target >= 0 && target < vocab;
+    const float before = local ? di[target] : 0.0f;
+#pragma omp simd
+    for (std::int64_t j = 0; j < vocab; ++j) di[j] += g * exp_approx(li[j] - lse);
+    if (local) di[target] = before + g * (exp_approx(li[target] - lse) - 1.0f);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::cross_entropy_row_max(ConstTensorView logits, TensorView row_max) {
   const LogitRows r = logit_rows("cross_entropy_row_max", logits.shape(), row_max.numel(), {});
-  const float* pl = logits.f32();
-  float* pm = row_max.f32();
-  for (std::int64_t i = 0; i < r.rows; ++i) {
-    const float* li = pl + i * r.vocab;
-    pm[i] = detail::max_lanes(r.vocab, [&](std::int64_t j) { return li[j]; });
-  }
+  row_max_rows(logits.f32(), row_max.f32(), r.rows, r.vocab);
 }
 
 void CpuBackend::cross_entropy_sum_exp(ConstTensorView logits, ConstTensorView row_max,
                                        TensorView sum_exp) {
   const LogitRows r = logit_rows("cross_entropy_sum_exp", logits.shape(), row_max.numel(), {});
   require_numel("cross_entropy_sum_exp", "sum_exp", sum_exp.numel(), r.rows);
-  const float* pl = logits.f32();
-  const float* pm = row_max.f32();
-  float* ps = sum_exp.f32();
-  for (std::int64_t i = 0; i < r.rows; ++i) {
-    const float* li = pl + i * r.vocab;
-    const float m = pm[i];
-    ps[i] =
-        detail::sum_lanes<float>(r.vocab, [&](std::int64_t j) { return exp_approx(li[j] - m); });
-  }
+  sum_exp_rows(logits.f32(), row_max.f32(), sum_exp.f32(), r.rows, r.vocab);
 }
 
 void CpuBackend::cross_entropy_target_logit(ConstTensorView logits, IndexView targets,
@@ -156,8 +193,7 @@ void CpuBackend::cross_entropy_forward(ConstTensorView logits, IndexView targets
   const TensorView sum_exp{.data = static_cast<float*>(work.data()) + r.rows, .shape = row_shape};
   const TensorView target{.data = static_cast<float*>(work.data()) + 2 * r.rows,
                           .shape = row_shape};
-  cross_entropy_row_max(logits, row_max);
-  cross_entropy_sum_exp(logits, row_max, sum_exp);
+  max_and_sum_exp_rows(logits.f32(), row_max.f32(), sum_exp.f32(), r.rows, r.vocab);
   cross_entropy_target_logit(logits, targets, target, args);
   cross_entropy_loss(row_max, sum_exp, target, loss, logsumexp, args);
 }
@@ -169,23 +205,9 @@ void CpuBackend::cross_entropy_backward(ConstTensorView logits, IndexView target
   require_numel("cross_entropy_backward", "logsumexp", logsumexp.numel(), r.rows);
   require_numel("cross_entropy_backward", "dloss", dloss.numel(), 1);
   require_numel("cross_entropy_backward", "dlogits", dlogits.numel(), logits.numel());
-  const float* pl = logits.f32();
-  const float* plse = logsumexp.f32();
-  float* pd = dlogits.f32();
   const float g = dloss.f32()[0] / static_cast<float>(r.count);
-  for (std::int64_t i = 0; i < r.rows; ++i) {
-    const float* li = pl + i * r.vocab;
-    float* di = pd + i * r.vocab;
-    const float lse = plse[i];
-    // Every column as if it were not the target, then the target's column (when it is in this
-    // shard's vocab rows) redone from its old value with the -1.
-    const std::int64_t target = targets.data[i] - args.vocab_offset;
-    const bool local = target >= 0 && target < r.vocab;
-    const float before = local ? di[target] : 0.0f;
-#pragma omp simd
-    for (std::int64_t j = 0; j < r.vocab; ++j) di[j] += g * exp_approx(li[j] - lse);
-    if (local) di[target] = before + g * (exp_approx(li[target] - lse) - 1.0f);
-  }
+  cross_entropy_backward_rows(logits.f32(), logsumexp.f32(), targets.data, args.vocab_offset, g,
+                              dlogits.f32(), r.rows, r.vocab);
 }
 
 }  // namespace carto::cpu

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
-#include <limits>
 #include <string_view>
 
 #include "cpu_backend.hpp"
@@ -63,23 +62,61 @@ void require_global_columns(std::string_view call, std::int64_t global_columns, 
 }
 
 // y = (x - mu)·s·gamma + beta over one row.
-void normalize_row(const float* xr, const float* gamma, const float* beta, float mu, float s,
-                   float* yr, std::int64_t c) {
+CARTO_VECTOR_INLINE void normalize_row(const float* xr, const float* gamma, const float* beta,
+                                       float mu, float s, float* yr, std::int64_t c) {
 #pragma omp simd
   for (std::int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - mu) * s * gamma[j] + beta[j];
 }
 
 // One row of the backward from the row's g_mean = mean(dy·γ) and gx_mean = mean(dy·γ·x̂):
 // dx += s·(dy·γ − g_mean − x̂·gx_mean); dgamma += dy·x̂; dbeta += dy.
-void backward_row(const float* dyr, const float* xr, const float* gamma, float mu, float s,
-                  float g_mean, float gx_mean, float* dxr, float* dgamma, float* dbeta,
-                  std::int64_t c) {
+CARTO_VECTOR_INLINE void backward_row(const float* dyr, const float* xr, const float* gamma,
+                                      float mu, float s, float g_mean, float gx_mean, float* dxr,
+                                      float* dgamma, float* dbeta, std::int64_t c) {
 #pragma omp simd
   for (std::int64_t j = 0; j < c; ++j) {
     const float xhat = (xr[j] - mu) * s;
     dxr[j] += s * (dyr[j] * gamma[j] - g_mean - xhat * gx_mean);
     dgamma[j] += dyr[j] * xhat;
     dbeta[j] += dyr[j];
+  }
+}
+
+// The rows of layernorm_forward: x, y (rows, c), gamma, beta (c), mean, rstd (rows).
+CARTO_VECTOR_CLONES void layernorm_rows(const float* px, const float* pg, const float* pb,
+                                        float* py, float* pmean, float* prstd, std::int64_t rows,
+                                        std::int64_t c, float epsilon) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * c;
+    const float mu =
+        sum_lanes<float>(c, [&](std::int64_t j) { return xr[j]; }) / static_cast<float>(c);
+    // Two passes: no cancellation between E[x²] and E[x]².
+    const float squares = sum_lanes<float>(c, [&](std::int64_t j) {
+      const float d = xr[j] - mu;
+      return d * d;
+    });
+    const float s = 1.0f / std::sqrt(squares / static_cast<float>(c) + epsilon);
+    normalize_row(xr, pg, pb, mu, s, py + r * c, c);
+    pmean[r] = mu;
+    prstd[r] = s;
+  }
+}
+
+// The rows of layernorm_backward, shapes as in layernorm_rows.
+CARTO_VECTOR_CLONES void layernorm_backward_rows(const float* pdy, const float* px, const float* pg,
+                                                 const float* pmean, const float* prstd, float* pdx,
+                                                 float* pdg, float* pdb, std::int64_t rows,
+                                                 std::int64_t c) {
+  const float inv_c = 1.0f / static_cast<float>(c);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * c;
+    const float* dyr = pdy + r * c;
+    const float mu = pmean[r], s = prstd[r];
+    // dx = s · (g - mean(g) - x̂ · mean(g · x̂)) with g = dy · gamma and x̂ = (x - mu) · s.
+    const float g_mean = sum_lanes<float>(c, [&](std::int64_t j) { return dyr[j] * pg[j]; });
+    const float gx_mean =
+        sum_lanes<float>(c, [&](std::int64_t j) { return dyr[j] * pg[j] * (xr[j] - mu) * s; });
+    backward_row(dyr, xr, pg, mu, s, g_mean * inv_c, gx_mean * inv_c, pdx + r * c, pdg, pdb, c);
   }
 }
 
@@ -92,26 +129,8 @@ void CpuBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, Con
                                     {.elements = {{"y", y.numel()}},
                                      .columns = {{"gamma", gamma.numel()}, {"beta", beta.numel()}},
                                      .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}}});
-  const float* px = x.f32();
-  const float* pg = gamma.f32();
-  const float* pb = beta.f32();
-  float* py = y.f32();
-  float* pmean = mean.f32();
-  float* prstd = rstd.f32();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = px + r * c;
-    const float mu =
-        sum_lanes<float>(c, [&](std::int64_t j) { return xr[j]; }) / static_cast<float>(c);
-    // Two passes: no cancellation between E[x²] and E[x]².
-    const float squares = sum_lanes<float>(c, [&](std::int64_t j) {
-      const float d = xr[j] - mu;
-      return d * d;
-    });
-    const float s = 1.0f / std::sqrt(squares / static_cast<float>(c) + args.epsilon);
-    normalize_row(xr, pg, pb, mu, s, py + r * c, c);
-    pmean[r] = mu;
-    prstd[r] = s;
-  }
+  layernorm_rows(x.f32(), gamma.f32(), beta.f32(), y.f32(), mean.f32(), rstd.f32(), rows, c,
+                 args.epsilon);
 }
 
 void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
@@ -122,25 +141,8 @@ void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, Const
       {.elements = {{"dy", dy.numel()}, {"dx", dx.numel()}},
        .columns = {{"gamma", gamma.numel()}, {"dgamma", dgamma.numel()}, {"dbeta", dbeta.numel()}},
        .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}}});
-  const float* pdy = dy.f32();
-  const float* px = x.f32();
-  const float* pg = gamma.f32();
-  const float* pmean = mean.f32();
-  const float* prstd = rstd.f32();
-  float* pdx = dx.f32();
-  float* pdg = dgamma.f32();
-  float* pdb = dbeta.f32();
-  const float inv_c = 1.0f / static_cast<float>(c);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = px + r * c;
-    const float* dyr = pdy + r * c;
-    const float mu = pmean[r], s = prstd[r];
-    // dx = s · (g - mean(g) - x̂ · mean(g · x̂)) with g = dy · gamma and x̂ = (x - mu) · s.
-    const float g_mean = sum_lanes<float>(c, [&](std::int64_t j) { return dyr[j] * pg[j]; });
-    const float gx_mean =
-        sum_lanes<float>(c, [&](std::int64_t j) { return dyr[j] * pg[j] * (xr[j] - mu) * s; });
-    backward_row(dyr, xr, pg, mu, s, g_mean * inv_c, gx_mean * inv_c, pdx + r * c, pdg, pdb, c);
-  }
+  layernorm_backward_rows(dy.f32(), x.f32(), gamma.f32(), mean.f32(), rstd.f32(), dx.f32(),
+                          dgamma.f32(), dbeta.f32(), rows, c);
 }
 
 // ---- layernorm with the normalized dim split across devices
@@ -279,19 +281,14 @@ SoftmaxRows softmax_rows(std::string_view call, const TensorShape& s, const Soft
   }
   return out;
 }
-}  // namespace
 
-void CpuBackend::softmax_forward(ConstTensorView x, TensorView y, const SoftmaxArgs& args) {
-  const SoftmaxRows geo = softmax_rows("softmax_forward", x.shape(), args);
-  require_numel("softmax_forward", "y", y.numel(), x.numel());
-  const float* px = x.f32();
-  float* py = y.f32();
+// The rows of softmax_forward (y may be x).
+CARTO_VECTOR_CLONES void softmax_forward_rows(const float* px, float* py, const SoftmaxRows& geo,
+                                              float scale) {
   for (std::int64_t r = 0; r < geo.rows; ++r) {
     const float* xr = px + r * geo.keys;
     float* yr = py + r * geo.keys;
     const std::int64_t n = geo.visible(r);
-    CARTO_CHECK(n > 0, "softmax_forward: row ", r, " has every key masked");
-    const float scale = args.scale;
     const float max = max_lanes(n, [&](std::int64_t j) { return scale * xr[j]; });
 #pragma omp simd
     for (std::int64_t j = 0; j < n; ++j) yr[j] = exp_approx(scale * xr[j] - max);
@@ -302,24 +299,38 @@ void CpuBackend::softmax_forward(ConstTensorView x, TensorView y, const SoftmaxA
   }
 }
 
-void CpuBackend::softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
-                                  const SoftmaxArgs& args) {
-  const SoftmaxRows geo = softmax_rows("softmax_backward", y.shape(), args);
-  require_numel("softmax_backward", "dy", dy.numel(), y.numel());
-  require_numel("softmax_backward", "dx", dx.numel(), y.numel());
-  const float* py = y.f32();
-  const float* pdy = dy.f32();
-  float* pdx = dx.f32();
+// The rows of softmax_backward.
+CARTO_VECTOR_CLONES void softmax_backward_rows(const float* py, const float* pdy, float* pdx,
+                                               const SoftmaxRows& geo, float scale) {
   for (std::int64_t r = 0; r < geo.rows; ++r) {
     const float* yr = py + r * geo.keys;
     const float* dyr = pdy + r * geo.keys;
     float* dxr = pdx + r * geo.keys;
     const std::int64_t n = geo.visible(r);  // masked entries have y = 0 and gradient 0
     const float dot = sum_lanes<float>(n, [&](std::int64_t j) { return dyr[j] * yr[j]; });
-    const float scale = args.scale;
 #pragma omp simd
     for (std::int64_t j = 0; j < n; ++j) dxr[j] += scale * yr[j] * (dyr[j] - dot);
   }
+}
+
+}  // namespace
+
+void CpuBackend::softmax_forward(ConstTensorView x, TensorView y, const SoftmaxArgs& args) {
+  const SoftmaxRows geo = softmax_rows("softmax_forward", x.shape(), args);
+  require_numel("softmax_forward", "y", y.numel(), x.numel());
+  // visible(r) depends on r % queries only.
+  for (std::int64_t r = 0; r < std::min(geo.rows, geo.queries); ++r) {
+    CARTO_CHECK(geo.visible(r) > 0, "softmax_forward: row ", r, " has every key masked");
+  }
+  softmax_forward_rows(x.f32(), y.f32(), geo, args.scale);
+}
+
+void CpuBackend::softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
+                                  const SoftmaxArgs& args) {
+  const SoftmaxRows geo = softmax_rows("softmax_backward", y.shape(), args);
+  require_numel("softmax_backward", "dy", dy.numel(), y.numel());
+  require_numel("softmax_backward", "dx", dx.numel(), y.numel());
+  softmax_backward_rows(y.f32(), dy.f32(), dx.f32(), geo, args.scale);
 }
 
 }  // namespace carto::cpu

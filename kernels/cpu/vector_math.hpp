@@ -17,12 +17,38 @@
 // target sets; no OpenMP runtime): that states the iterations are independent, which also covers
 // the in-place calls (y == x) that a compiler's run-time overlap check would send down the scalar
 // path.
+//
+// CARTO_VECTOR_CLONES on a kernel's loop function compiles it three times, for the baseline ISA,
+// AVX2 and AVX-512, and the dynamic loader picks one for the CPU it runs on (GCC and Clang's
+// target_clones, an ifunc; glibc on x86-64 only, elsewhere the one baseline build): wider vectors
+// where the machine has them, without a -march flag. The clones run the same operations in the
+// same order (-ffp-contract=off keeps the AVX-512 clone from fusing multiply-adds), so every
+// machine computes the same bits.
 #pragma once
 
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <limits>
+
+// A build may define CARTO_VECTOR_CLONES itself (empty: the baseline code alone).
+#ifndef CARTO_VECTOR_CLONES
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define CARTO_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#endif
+#ifndef CARTO_VECTOR_CLONES
+#define CARTO_VECTOR_CLONES
+#endif
+// On the helpers a clone calls (these below, a kernel's row loops): inlined into each clone, so
+// that they are compiled for its ISA rather than called in their baseline build.
+#if defined(__GNUC__)
+#define CARTO_VECTOR_INLINE [[gnu::always_inline]] inline
+#else
+#define CARTO_VECTOR_INLINE inline
+#endif
 
 namespace carto::cpu::detail {
 
@@ -31,7 +57,7 @@ inline constexpr std::int64_t kLanes = 16;
 
 // Σ_{j<n} term(j), in lanes (see the design note). T is float, or double for sums kept exact.
 template <class T, class Term>
-T sum_lanes(std::int64_t n, Term&& term) {
+CARTO_VECTOR_INLINE T sum_lanes(std::int64_t n, Term&& term) {
   T lane[kLanes] = {};
   std::int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
@@ -46,7 +72,7 @@ T sum_lanes(std::int64_t n, Term&& term) {
 
 // max_{j<n} term(j), -inf for n = 0.
 template <class Term>
-float max_lanes(std::int64_t n, Term&& term) {
+CARTO_VECTOR_INLINE float max_lanes(std::int64_t n, Term&& term) {
   float lane[kLanes];
   std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
   std::int64_t j = 0;
@@ -64,7 +90,7 @@ float max_lanes(std::int64_t n, Term&& term) {
 // [-87.3, 88.4]) where the result is a normal float; x < -87.336 (where e^x < FLT_MIN) gives 0
 // instead of a subnormal, x > 88.376 gives +inf (e^x > 2^127.5, within 35% of FLT_MAX), NaN gives
 // NaN. The kernels call it on arguments <= 0 (softmax, attention, cross-entropy) and <= 80 (GELU).
-inline float exp_approx(float x) {
+CARTO_VECTOR_INLINE float exp_approx(float x) {
   constexpr float kLow = -87.33654475f;  // ln(FLT_MIN): 2^n stays a normal float
   constexpr float kHigh = 88.37626266f;  // ln(2^127.5): n <= 127
   constexpr float kLog2e = 1.44269504088896341f;

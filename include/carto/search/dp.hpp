@@ -77,6 +77,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -109,8 +110,9 @@ enum class CheckpointChoice : std::uint8_t { none, all, search };
 struct DpOptions {
   Precision precision = Precision::mixed_bf16;
   LayerNormStats layernorm_stats = LayerNormStats::counted;
-  int zero_stage = 0;              // 0..3
-  std::int64_t micro_batches = 1;  // m: the step runs m forward/backward passes
+  DropoutMasks dropout_masks = DropoutMasks::stored;  // regenerated: what carto's runtime does
+  int zero_stage = 0;                                 // 0..3
+  std::int64_t micro_batches = 1;                     // m: the step runs m forward/backward passes
   CheckpointChoice checkpoint = CheckpointChoice::search;
   // 0: exact (the frontier equals brute force's). ε > 0: labels within a factor (1 + ε) in memory
   // of a faster one are pruned at every step, which bounds the state sets on deep models; a plan's
@@ -119,6 +121,8 @@ struct DpOptions {
   // Bytes per device. A partial plan whose peak already exceeds it is dropped (costs only grow):
   // the frontier then holds exactly the frontier's points that fit. The default keeps everything.
   std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max();
+  // Past this point in time the DP stops with a carto::Error (a caller's limit on search time).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 // The strategies each op may use: all of enumerate_strategies, or a subset (pins). allowed[k] lists
@@ -235,7 +239,8 @@ class DpModel {
     graphs_.assign(nt, nullptr);
     bytes_.assign(nt, {});
     const StrategyOptions sopt{.precision = options.precision,
-                               .layernorm_stats = options.layernorm_stats};
+                               .layernorm_stats = options.layernorm_stats,
+                               .dropout_masks = options.dropout_masks};
     ops_.resize(g.num_ops());
     for (std::size_t k = 0; k < g.num_ops(); ++k) {
       const OpId o{static_cast<std::int32_t>(k)};
@@ -361,7 +366,9 @@ class DpModel {
     c.micro_s = t.compute_forward_s + t.compute_backward_s + t.comm_forward_s +
                 (t.comm_backward_s - c.sync_s);
     c.private_saved = s.cost.private_saved_bytes;
-    c.temporaries = s.memory.temporaries;
+    // ZeRO-3 gathers the op's parameters for the time it runs.
+    c.temporaries =
+        s.memory.temporaries + (options_.zero_stage == 3 ? parameter_bytes(g_, s, mesh_) : 0);
     return c;
   }
 
@@ -553,6 +560,13 @@ class Dp {
     std::sort(v.begin(), v.end(), [](const Live& a, const Live& b) { return a.tensor < b.tensor; });
   }
 
+  void check_deadline() const {
+    if (m_.options().deadline != std::chrono::steady_clock::time_point::max() &&
+        std::chrono::steady_clock::now() > m_.options().deadline) {
+      fail("carto: the search passed its time limit");
+    }
+  }
+
   // ---- block entry: the checkpoint decision ----
   std::vector<bool> checkpoint_options() const {
     switch (m_.options().checkpoint) {
@@ -592,6 +606,7 @@ class Dp {
     Frontier pending;
     std::vector<Trace> links;
     for (const auto& [state, labels] : in) {
+      check_deadline();
       for (std::size_t c = 0; c < m_.choices(k).size(); ++c) {
         Label delta{};
         State next;
@@ -921,6 +936,7 @@ class Dp {
     Frontier pending;
     std::vector<Trace> links;
     for (const auto& [state, labels] : in) {
+      check_deadline();
       std::vector<Live> rest;
       Live entry{};
       bool found = false;
@@ -1025,6 +1041,7 @@ class Dp {
     Frontier pending;
     std::vector<Trace> links;
     for (const auto& [state, labels] : in) {
+      check_deadline();
       // The open block's input bytes matter only when the block closes, after the segment.
       State entry{.checkpoint = state.checkpoint};
       std::vector<Live> riders;

@@ -158,6 +158,7 @@ inline std::vector<DeviceMesh> mesh_candidates(std::int64_t devices, std::size_t
 struct SearchOptions {
   Precision precision = Precision::mixed_bf16;
   LayerNormStats layernorm_stats = LayerNormStats::counted;
+  DropoutMasks dropout_masks = DropoutMasks::stored;  // regenerated: what carto's runtime does
   std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max();  // bytes per device
   std::vector<int> zero_stages{0, 1, 2, 3};
   std::vector<std::int64_t> micro_batches{1};  // candidates; each must divide the global batch
@@ -165,6 +166,7 @@ struct SearchOptions {
   double tolerance = 0;
   std::vector<Pin> pins{};
   std::size_t max_mesh_axes = 3;  // logical meshes of 1 .. max_mesh_axes axes
+  double time_limit_s = 0;        // > 0: search() fails once it has run this long
 };
 
 struct PlanOp {
@@ -212,7 +214,8 @@ inline void describe_plan(Plan& plan, const Graph& g, const DeviceMesh& mesh,
                           const HardwareProfile& hw, const DpOptions& options,
                           const DpPoint& point) {
   const StrategyOptions sopt{.precision = options.precision,
-                             .layernorm_stats = options.layernorm_stats};
+                             .layernorm_stats = options.layernorm_stats,
+                             .dropout_masks = options.dropout_masks};
   const std::vector<std::string> names = op_names(g);
   std::vector<Strategy> chosen;
   for (std::size_t k = 0; k < g.num_ops(); ++k) {
@@ -275,6 +278,11 @@ template <class MakeGraph>
 Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_batch,
             std::int64_t devices, const HardwareProfile& hw, const SearchOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  const auto deadline =
+      options.time_limit_s > 0
+          ? start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(options.time_limit_s))
+          : std::chrono::steady_clock::time_point::max();
   struct Best {
     bool found = false;
     double time = 0;
@@ -295,16 +303,19 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       const Graph g = make_graph(global_batch / m);
       for (const DeviceMesh& mesh : mesh_candidates(devices, options.max_mesh_axes)) {
         const StrategyOptions sopt{.precision = options.precision,
-                                   .layernorm_stats = options.layernorm_stats};
+                                   .layernorm_stats = options.layernorm_stats,
+                                   .dropout_masks = options.dropout_masks};
         const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
         for (const int zero : options.zero_stages) {
           const DpOptions dp{.precision = options.precision,
                              .layernorm_stats = options.layernorm_stats,
+                             .dropout_masks = options.dropout_masks,
                              .zero_stage = zero,
                              .micro_batches = m,
                              .checkpoint = options.checkpoint,
                              .tolerance = options.tolerance,
-                             .memory_budget = budget};
+                             .memory_budget = budget,
+                             .deadline = deadline};
           const DpResult r = dp_frontier(g, mesh, hw, dp, filter);
           for (const DpPoint& p : r.frontier) {
             all.push_back({.time_s = p.time_s,

@@ -1,0 +1,256 @@
+// carto-demo — trains a character-level GPT on the license texts every Debian system ships, on a
+// simulated mesh of CPU ranks (threads of this process): it plans under a memory budget per rank,
+// prints the plan with its predicted step time and peak memory, trains with a progress line, sets
+// the measured peak memory and step time beside the prediction, and samples some text.
+//
+//   carto-demo [--mesh 2x2] [--budget 3MiB] [--steps 150] [--json report.json] ...  (see --help)
+//
+// Files: corpus.* (the text and its batches), planning.* (the search on one mesh, plan files),
+// training.* (thread ranks, Trainer, sampling), report.* (what is printed and written).
+#include <carto/error.hpp>
+#include <carto/layers/gpt.hpp>
+#include <carto/spec/text.hpp>
+#include <carto/util/units.hpp>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli.hpp"
+#include "corpus.hpp"
+#include "planning.hpp"
+#include "report.hpp"
+#include "training.hpp"
+
+namespace {
+
+using carto::cli::UsageError;
+
+constexpr const char* kCommand = "carto-demo";
+
+std::vector<carto::cli::FlagSpec> flag_specs() {
+  return {
+      {"mesh", true, "the mesh of CPU thread ranks: 2x2, 4, 2x2x2, dp=2,tp=2 (default 2x2)"},
+      {"budget", true,
+       "memory budget per rank, e.g. 3MiB (default: halfway between the least memory any plan "
+       "needs and the fastest plan's memory)"},
+      {"steps", true, "training steps (default 150)"},
+      {"layers", true, "transformer blocks (default 2)"},
+      {"hidden", true, "hidden size (default 64)"},
+      {"heads", true, "attention heads; they divide --hidden (default 4)"},
+      {"seq", true, "context length in characters (default 64)"},
+      {"batch", true, "sequences per step, all micro-batches together (default 16)"},
+      {"micro-batches", true, "micro-batch counts the search tries, e.g. 1,2 (default 1)"},
+      {"lr", true, "AdamW learning rate (default 0.003)"},
+      {"dropout", true, "dropout probability in [0, 1) (default 0)"},
+      {"seed", true, "seed of the parameters, the batches and the sampling (default 1)"},
+      {"data", true,
+       "a text file or a directory of text files (default: license texts under " +
+           std::string(demo::kLicenseDir) + ")"},
+      {"sample", true, "characters to sample per line after training; 0: none (default 200)"},
+      {"temperature", true, "sampling temperature; 0: greedy (default 0.8)"},
+      {"log-every", true, "steps between progress lines (default: steps / 10)"},
+      {"tolerance", true,
+       "DP pruning tolerance: a plan within this fraction of a faster plan's memory is pruned; 0 "
+       "is exact but slow on 2-D meshes (default 0.05)"},
+      {"plan", true, "load this plan (written by --save-plan) instead of searching"},
+      {"save-plan", true, "write the plan to this JSON file"},
+      {"json", true, "write the run's report (plan, losses, memory, step time) to this file"},
+      {"help", false, "this text"},
+  };
+}
+
+// A number > 0 (or >= 0 with allow_zero), from the whole text.
+double number(const carto::cli::Flags& flags, const std::string& name, double fallback,
+              bool allow_zero) {
+  const auto text = flags.text(name);
+  if (!text) return fallback;
+  std::istringstream in(*text);
+  double v = 0;
+  in >> v;
+  if (text->empty() || in.fail() || !in.eof() || !(allow_zero ? v >= 0 : v > 0)) {
+    throw UsageError(std::string(kCommand) + ": --" + name + " needs a number " +
+                     (allow_zero ? ">= 0" : "> 0") + ", got '" + *text + "'");
+  }
+  return v;
+}
+
+std::uint64_t seed_flag(const carto::cli::Flags& flags) {
+  const auto text = flags.text("seed");
+  if (!text) return 1;
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+  if (ec != std::errc() || end != text->data() + text->size()) {
+    throw UsageError(std::string(kCommand) + ": --seed needs a non-negative integer, got '" +
+                     *text + "'");
+  }
+  return v;
+}
+
+std::vector<std::int64_t> micro_batch_flag(const carto::cli::Flags& flags) {
+  const std::string text = flags.text("micro-batches").value_or("1");
+  std::vector<std::int64_t> out;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || end != item.data() + item.size() || v < 1) {
+      throw UsageError(std::string(kCommand) +
+                       ": --micro-batches needs positive integers separated by commas (e.g. 1,2), "
+                       "got '" +
+                       text + "'");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) throw UsageError(std::string(kCommand) + ": --micro-batches is empty; e.g. 1,2");
+  return out;
+}
+
+// A library message without its "carto: " prefix (the demo's own messages start "carto-demo: ").
+std::string without_prefix(std::string message) {
+  if (message.rfind("carto: ", 0) == 0) message.erase(0, 7);
+  return message;
+}
+
+// Parses a flag value with a carto parser, naming the flag when the parser rejects it.
+template <class Parse>
+auto parsed(const std::string& flag, const std::string& text, Parse&& parse) {
+  try {
+    return parse(text);
+  } catch (const carto::Error& e) {
+    throw UsageError(std::string(kCommand) + ": --" + flag + ": " + without_prefix(e.what()));
+  }
+}
+
+int run(const std::vector<std::string>& args) {
+  const carto::cli::Flags flags(kCommand, flag_specs(), args);
+  if (flags.has("help")) {
+    std::cout << "usage: carto-demo [flags]\n"
+                 "Trains a character-level GPT on a simulated mesh of CPU thread ranks under a "
+                 "memory budget per rank,\nand compares measured peak memory and step time with "
+                 "the plan's prediction.\n\n"
+              << flags.help();
+    return 0;
+  }
+  const auto wall_start = std::chrono::steady_clock::now();
+  const carto::DeviceMesh mesh = parsed("mesh", flags.text("mesh").value_or("2x2"),
+                                        [](const std::string& t) { return carto::parse_mesh(t); });
+  std::optional<std::int64_t> budget;
+  if (const auto b = flags.text("budget"))
+    budget = parsed("budget", *b, [](const std::string& t) { return carto::parse_bytes(t); });
+  demo::TrainSettings settings{
+      .batch = flags.positive("batch").value_or(16),
+      .steps = flags.positive("steps").value_or(150),
+      .learning_rate = static_cast<float>(number(flags, "lr", 3e-3, false)),
+      .seed = seed_flag(flags),
+      .sample_chars =
+          flags.has("sample") ? static_cast<std::int64_t>(number(flags, "sample", 0, true)) : 200,
+      .temperature = number(flags, "temperature", 0.8, true)};
+  settings.log_every =
+      flags.positive("log-every").value_or(std::max<std::int64_t>(1, settings.steps / 10));
+  const double dropout = flags.probability("dropout").value_or(0.0);
+  const double tolerance = number(flags, "tolerance", 0.05, true);
+  const std::vector<std::int64_t> micro_batches = micro_batch_flag(flags);
+
+  const demo::Corpus corpus = demo::Corpus::load(flags.text("data").value_or(""));
+  const carto::GptConfig config{.name = "char-gpt",
+                                .layers = flags.positive("layers").value_or(2),
+                                .hidden = flags.positive("hidden").value_or(64),
+                                .heads = flags.positive("heads").value_or(4),
+                                .vocab = corpus.vocab_size(),
+                                .seq = flags.positive("seq").value_or(64)};
+  if (auto problem = carto::check_config(config)) {
+    throw UsageError(std::string(kCommand) + ": " + *problem +
+                     " (--layers, --hidden, --heads, --seq)");
+  }
+  if (corpus.size() < config.seq + 2) {
+    carto::detail::fail("carto-demo: the text has ", corpus.size(), " characters; --seq ",
+                        config.seq, " needs at least ", config.seq + 2,
+                        ": pass a shorter --seq or more --data");
+  }
+  std::cout << "data: " << corpus.files().size() << " file"
+            << (corpus.files().size() == 1 ? "" : "s") << ", " << corpus.size() << " characters, "
+            << corpus.vocab_size() << " distinct (the vocabulary)\n";
+  for (const std::string& f : corpus.files()) std::cout << "  " << f << "\n";
+
+  const demo::MakeGraph make_graph = [&](std::int64_t micro_batch) {
+    return carto::build_gpt(
+        config, {.batch = micro_batch, .precision = carto::Precision::fp32, .dropout = dropout});
+  };
+  std::ostringstream model_name;
+  model_name << "char-gpt layers=" << config.layers << " hidden=" << config.hidden
+             << " heads=" << config.heads << " vocab=" << config.vocab << " seq=" << config.seq
+             << " batch=" << settings.batch << " dropout=" << dropout;
+
+  demo::RunInfo info{.model = config,
+                     .dropout = dropout,
+                     .corpus = &corpus,
+                     .hardware = carto::hardware::cpu(),
+                     .plan_file = flags.text("plan").value_or(""),
+                     .tolerance = tolerance,
+                     .cores = std::thread::hardware_concurrency()};
+  {
+    const carto::Graph g = make_graph(1);
+    for (const carto::TensorInfo& t : g.tensors()) {
+      if (t.kind == carto::TensorKind::parameter) info.parameters += t.shape.numel();
+    }
+  }
+  std::cout << "model: " << model_name.str() << ": " << info.parameters << " parameters\n";
+  std::cout << "mesh: " << mesh << ", " << mesh.num_devices() << " CPU thread ranks on "
+            << info.cores << " cores\n\n";
+
+  carto::Plan plan;
+  if (info.plan_file.empty()) {
+    info.search = demo::search_plan(make_graph,
+                                    {.model = model_name.str(),
+                                     .mesh = mesh,
+                                     .batch = settings.batch,
+                                     .micro_batches = micro_batches,
+                                     .budget = budget,
+                                     .tolerance = tolerance},
+                                    info.hardware);
+    plan = info.search->plan;
+  } else {
+    plan = demo::load_plan(info.plan_file, model_name.str(), make_graph, mesh, settings.batch);
+  }
+  if (const auto file = flags.text("save-plan")) {
+    demo::write_json(carto::to_json(plan), *file, "--save-plan");
+  }
+  demo::print_plan(std::cout, plan, info);
+  std::cout << "\ntraining " << settings.steps << " steps of " << settings.batch << " x "
+            << config.seq << " characters, AdamW lr " << settings.learning_rate << "\n";
+
+  const carto::Graph micro_graph = make_graph(settings.batch / plan.micro_batches);
+  const demo::TrainResult result =
+      demo::train(micro_graph, plan, corpus, settings, info.hardware, std::cout);
+  demo::print_summary(std::cout, plan, result, settings, info);
+  if (const auto file = flags.text("json")) {
+    demo::write_json(demo::report_json(plan, result, settings, info), *file, "--json");
+    std::cout << "report written to " << *file << "\n";
+  }
+  std::cout << "total "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count()
+            << " s\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const UsageError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const carto::Error& e) {
+    const std::string message = e.what();
+    std::cerr << (message.rfind("carto-demo: ", 0) == 0 ? message
+                                                        : "carto-demo: " + without_prefix(message))
+              << "\n";
+    return 2;
+  }
+}

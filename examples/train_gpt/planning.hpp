@@ -1,0 +1,62 @@
+// Planning for carto-demo: the fastest plan on the run's mesh under a memory budget per rank, or a
+// saved plan checked against the run.
+//
+// Design note: carto::search() tries every logical mesh of the device count; the demo trains on the
+// mesh the user names, so it runs the DP (dp_frontier) itself on that one mesh, for every ZeRO
+// stage and every micro-batch count among the candidates that divides the batch, and keeps the
+// fastest point within the budget. With no budget given, the budget is halfway between the least
+// memory any plan needs and the memory of the fastest plan, so the search has to give up some speed
+// to fit. The DP runs (one per ZeRO stage and micro-batch count) are independent and share the
+// cores.
+#pragma once
+
+#include <carto/graph/graph.hpp>
+#include <carto/search/plan.hpp>
+#include <carto/util/json.hpp>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace demo {
+
+// The graph of one micro-batch of the given size.
+using MakeGraph = std::function<carto::Graph(std::int64_t micro_batch)>;
+
+struct PlanRequest {
+  std::string model;
+  carto::DeviceMesh mesh{};
+  std::int64_t batch = 1;                      // the global batch (rows per step)
+  std::vector<std::int64_t> micro_batches{1};  // candidates
+  std::optional<std::int64_t> budget{};        // bytes per rank; none: see the design note
+  double tolerance = 0;                        // DpOptions::tolerance
+};
+
+struct PlanChoice {
+  carto::Plan plan;
+  std::int64_t budget = 0;
+  bool default_budget = false;
+  std::int64_t least_bytes = 0;    // the least memory any plan needs
+  std::int64_t fastest_bytes = 0;  // the memory of the fastest plan
+  double fastest_time_s = 0;
+};
+
+// Throws carto::Error when no micro-batch count divides the batch or no plan fits the budget (the
+// message states the least memory any plan needs).
+PlanChoice search_plan(const MakeGraph& make_graph, const PlanRequest& request,
+                       const carto::HardwareProfile& hw);
+
+// Reads a plan saved with --save-plan and checks it against the model (named as search_plan's
+// request named it), the batch and the mesh.
+carto::Plan load_plan(const std::string& file, const std::string& model,
+                      const MakeGraph& make_graph, const carto::DeviceMesh& mesh,
+                      std::int64_t batch);
+
+// How to write `mesh` as a --mesh value: "2x2" for axes named x, y, z; else "dp=2,tp=2".
+std::string mesh_flag(const carto::DeviceMesh& mesh);
+
+// Writes `json` to `file`; `flag` names the flag that asked for it in the error message.
+void write_json(const carto::Json& json, const std::string& file, const std::string& flag);
+
+}  // namespace demo

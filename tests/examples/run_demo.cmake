@@ -1,0 +1,96 @@
+# Runs carto-demo for one CTest case: `cmake -DDEMO=<exe> -DCASE=<case> -DWORK=<dir> -P run_demo.cmake`.
+#   report         a short run on 2 thread ranks passes; its --json report parses and has the plan,
+#                  a loss per step, measured and predicted memory per rank and step time
+#   bad-data       an unreadable --data path: exit code 2 and a line naming it
+#   mesh-mismatch  a plan saved for mesh 2 loaded with --mesh 4: exit code 2 and a line naming both
+#   budget         a budget no plan meets: exit code 2 and a line stating the least memory needed
+# The model is tiny and the meshes 1-D, so each case takes seconds.
+set(tiny --layers 1 --hidden 32 --heads 2 --seq 16 --batch 8 --sample 16)
+
+function(run_demo)
+  execute_process(COMMAND ${DEMO} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err TIMEOUT 240)
+  set(rc "${rc}" PARENT_SCOPE)
+  set(out "${out}" PARENT_SCOPE)
+  set(err "${err}" PARENT_SCOPE)
+endfunction()
+
+# Expects exit code 2 and one stderr line matching `pattern`.
+function(expect_usage_error pattern)
+  run_demo(${ARGN})
+  if(NOT rc EQUAL 2)
+    message(FATAL_ERROR "expected exit code 2, got '${rc}'\nstdout:\n${out}\nstderr:\n${err}")
+  endif()
+  if(NOT err MATCHES "^carto-demo: ${pattern}[^\n]*\n$")
+    message(FATAL_ERROR "expected one line 'carto-demo: ${pattern}...' on stderr, got:\n${err}")
+  endif()
+  message(STATUS "exit code 2: ${err}")
+endfunction()
+
+# Fails unless the JSON member at the path exists; returns it in `var`.
+function(json_get var json)
+  string(JSON value ERROR_VARIABLE error GET "${json}" ${ARGN})
+  if(error)
+    message(FATAL_ERROR "the --json report lacks ${ARGN}: ${error}")
+  endif()
+  set(${var} "${value}" PARENT_SCOPE)
+endfunction()
+
+file(MAKE_DIRECTORY ${WORK})
+if(CASE STREQUAL "report")
+  set(steps 3)
+  run_demo(${tiny} --mesh 2 --steps ${steps} --json ${WORK}/report.json)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the short run failed (exit code ${rc}):\n${out}\n${err}")
+  endif()
+  foreach(line "step +3/3  loss [0-9.]+" "peak memory per rank" "step time: measured" "samples \\(")
+    if(NOT out MATCHES "${line}")
+      message(FATAL_ERROR "the output lacks '${line}':\n${out}")
+    endif()
+  endforeach()
+  file(READ ${WORK}/report.json report)
+  json_get(format "${report}" format)
+  if(NOT format STREQUAL "carto-demo-report/1")
+    message(FATAL_ERROR "the report's format is '${format}'")
+  endif()
+  json_get(plan_format "${report}" plan format)
+  json_get(axes "${report}" plan mesh)
+  json_get(ops "${report}" plan ops)
+  json_get(losses "${report}" training losses)
+  string(JSON n LENGTH "${report}" training losses)
+  if(NOT n EQUAL steps)
+    message(FATAL_ERROR "the report has ${n} losses for ${steps} steps")
+  endif()
+  json_get(first "${report}" training losses 0)
+  json_get(last "${report}" training losses 2)
+  string(JSON ranks LENGTH "${report}" memory ranks)
+  if(NOT ranks EQUAL 2)
+    message(FATAL_ERROR "the report has memory for ${ranks} ranks; the mesh has 2")
+  endif()
+  foreach(r RANGE 1)
+    json_get(measured "${report}" memory ranks ${r} measured_peak_bytes)
+    json_get(predicted "${report}" memory ranks ${r} predicted_peak_bytes)
+    if(measured LESS_EQUAL 0 OR predicted LESS_EQUAL 0)
+      message(FATAL_ERROR "rank ${r}: measured ${measured}, predicted ${predicted} bytes")
+    endif()
+  endforeach()
+  json_get(t_predicted "${report}" step_time predicted_s)
+  json_get(t_measured "${report}" step_time measured_s)
+  message(STATUS "losses ${first} -> ${last}; rank 1 peak ${measured} B measured, ${predicted} B "
+                 "predicted; step ${t_measured} s measured, ${t_predicted} s predicted")
+elseif(CASE STREQUAL "bad-data")
+  expect_usage_error("cannot read --data '${WORK}/no-such-file'" ${tiny} --mesh 2 --steps 1
+                     --data ${WORK}/no-such-file)
+elseif(CASE STREQUAL "mesh-mismatch")
+  run_demo(${tiny} --mesh 2 --steps 1 --save-plan ${WORK}/plan-mesh2.json)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "saving a plan for mesh 2 failed (exit code ${rc}):\n${out}\n${err}")
+  endif()
+  expect_usage_error("the --plan file '[^']*' is for mesh {x:2} but --mesh is {x:4}; run with --mesh 2"
+                     ${tiny} --mesh 4 --steps 1 --plan ${WORK}/plan-mesh2.json)
+elseif(CASE STREQUAL "budget")
+  expect_usage_error("no plan fits the memory budget of 1.00 KiB per rank on mesh {x:2}; the least memory any plan needs is"
+                     ${tiny} --mesh 2 --steps 1 --budget 1KiB)
+else()
+  message(FATAL_ERROR "unknown CASE '${CASE}'")
+endif()

@@ -10,6 +10,10 @@
 // FlashAttention, Alg. 4), which holds with dropout too: dP = dout vᵀ, dS = scale · P ∘ (mask ∘ dP
 // - D) and dv += (P ∘ mask)ᵀ dout, dq += dS k, dk += dSᵀ q, five GEMMs in all. Every (batch, head)
 // is computed alone, so a head shard computes the bits the whole tensor does.
+//
+// q, out and dq may hold fewer query rows than k, v hold keys: a shard of the query sequence
+// against all-gathered K and V (OpVariant::gathered_kv), placed by args.placement in the global
+// (B, a, S, S) probabilities, which gives the causal mask and the dropout indices.
 #include <cblas.h>
 
 #include <algorithm>
@@ -31,20 +35,23 @@ using detail::require_same_shape;
 namespace {
 
 struct AttentionGeometry {
-  std::int64_t batch = 0, heads = 0, seq = 0, dim = 0;
+  std::int64_t batch = 0, heads = 0, queries = 0, keys = 0, dim = 0;
   Index probs{};  // local probability extents (B, a, Sq, Sk)
 };
 
 AttentionGeometry attention_geometry(std::string_view call, const TensorShape& q,
                                      const TensorShape& k, const TensorShape& v) {
-  CARTO_CHECK(q.rank() == 4, call, ": q, k, v are (B, heads, S, d); got q ", q);
-  require_same_shape(call, q, k);
-  require_same_shape(call, q, v);
+  CARTO_CHECK(
+      q.rank() == 4 && k.rank() == 4 && q.dims()[0].extent == k.dims()[0].extent &&
+          q.dims()[1].extent == k.dims()[1].extent && q.dims()[3].extent == k.dims()[3].extent,
+      call, ": q (B, heads, Sq, d) and k, v (B, heads, Sk, d) do not match: q ", q, ", k ", k);
+  require_same_shape(call, k, v);
   AttentionGeometry g{.batch = q.dims()[0].extent,
                       .heads = q.dims()[1].extent,
-                      .seq = q.dims()[2].extent,
+                      .queries = q.dims()[2].extent,
+                      .keys = k.dims()[2].extent,
                       .dim = q.dims()[3].extent};
-  g.probs = {g.batch, g.heads, g.seq, g.seq};
+  g.probs = {g.batch, g.heads, g.queries, g.keys};
   return g;
 }
 
@@ -70,11 +77,11 @@ struct RowView {
   std::int64_t visible = 0;
   std::int64_t base = 0;
 };
-RowView row_view(const GlobalIndexer& where, const AttentionArgs& args, std::int64_t seq,
+RowView row_view(const GlobalIndexer& where, const AttentionArgs& args, std::int64_t keys,
                  std::int64_t b, std::int64_t h, std::int64_t i) {
-  RowView r{.visible = seq, .base = where.global_index({b, h, i, 0})};
+  RowView r{.visible = keys, .base = where.global_index({b, h, i, 0})};
   if (args.masking == Masking::causal) {
-    r.visible = std::clamp<std::int64_t>(where.offset[2] + i - where.offset[3] + 1, 0, seq);
+    r.visible = std::clamp<std::int64_t>(where.offset[2] + i - where.offset[3] + 1, 0, keys);
   }
   return r;
 }
@@ -84,11 +91,11 @@ RowView row_view(const GlobalIndexer& where, const AttentionArgs& args, std::int
 struct QueryBlock {
   std::int64_t first = 0, rows = 0, keys = 0;
 };
-QueryBlock query_block(const GlobalIndexer& where, const AttentionArgs& args, std::int64_t seq,
-                       std::int64_t first) {
-  QueryBlock q{.first = first, .rows = std::min(kQueryBlock, seq - first)};
-  q.keys = std::max(row_view(where, args, seq, 0, 0, first).visible,
-                    row_view(where, args, seq, 0, 0, first + q.rows - 1).visible);
+QueryBlock query_block(const GlobalIndexer& where, const AttentionArgs& args,
+                       const AttentionGeometry& g, std::int64_t first) {
+  QueryBlock q{.first = first, .rows = std::min(kQueryBlock, g.queries - first)};
+  q.keys = std::max(row_view(where, args, g.keys, 0, 0, first).visible,
+                    row_view(where, args, g.keys, 0, 0, first + q.rows - 1).visible);
   return q;
 }
 
@@ -140,12 +147,12 @@ class AttentionWorkspace {
  public:
   AttentionWorkspace(Backend& backend, const AttentionGeometry& g, const AttentionArgs& args,
                      std::int64_t blocks)
-      : block_(std::min(kQueryBlock, g.seq) * g.seq),
+      : block_(std::min(kQueryBlock, g.queries) * g.keys),
         dropout_(args.dropout > 0.0f),
-        buffer_(backend.allocate({{"work", blocks * block_ + (dropout_ ? 2 : 1) * g.seq}},
+        buffer_(backend.allocate({{"work", blocks * block_ + (dropout_ ? 2 : 1) * g.keys}},
                                  DType::fp32, MemoryCategory::temporaries)),
         factor_(static_cast<float*>(buffer_.data()) + blocks * block_),
-        keep_(reinterpret_cast<std::uint32_t*>(factor_ + g.seq)) {}
+        keep_(reinterpret_cast<std::uint32_t*>(factor_ + g.keys)) {}
 
   [[nodiscard]] float* scores(std::int64_t block) const {
     return static_cast<float*>(buffer_.data()) + block * block_;
@@ -182,7 +189,7 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
       attention_geometry("attention_forward", q.shape(), k.shape(), v.shape());
   require_same_shape("attention_forward", q.shape(), out.shape);
   detail::require_numel("attention_forward", "logsumexp", logsumexp.numel(),
-                        g.batch * g.heads * g.seq);
+                        g.batch * g.heads * g.queries);
   CARTO_CHECK(args.dropout >= 0.0f && args.dropout < 1.0f,
               "attention_forward: dropout must be in [0, 1); got ", args.dropout);
   const GlobalIndexer where(args.placement, g.probs);
@@ -196,16 +203,16 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
   const std::int64_t d = g.dim;
   for (std::int64_t b = 0; b < g.batch; ++b) {
     for (std::int64_t h = 0; h < g.heads; ++h) {
-      const std::int64_t head = (b * g.heads + h) * g.seq;  // first row of this (b, h)
-      const float* kh = pk + head * d;
-      const float* vh = pv + head * d;
-      for (std::int64_t first = 0; first < g.seq; first += kQueryBlock) {
-        const QueryBlock blk = query_block(where, args, g.seq, first);
+      const std::int64_t head = (b * g.heads + h) * g.queries;  // first query row of this (b, h)
+      const float* kh = pk + (b * g.heads + h) * g.keys * d;
+      const float* vh = pv + (b * g.heads + h) * g.keys * d;
+      for (std::int64_t first = 0; first < g.queries; first += kQueryBlock) {
+        const QueryBlock blk = query_block(where, args, g, first);
         CARTO_CHECK(blk.keys > 0, "attention_forward: query row ", first, " sees no key");
         const float* qb = pq + (head + first) * d;
         sgemm(false, true, blk.rows, blk.keys, d, args.scale, qb, d, kh, d, 0.0f, s, blk.keys);
         for (std::int64_t r = 0; r < blk.rows; ++r) {
-          const RowView row = row_view(where, args, g.seq, b, h, first + r);
+          const RowView row = row_view(where, args, g.keys, b, h, first + r);
           CARTO_CHECK(row.visible > 0, "attention_forward: query row ", first + r, " sees no key");
           const float* factor =
               args.dropout > 0.0f ? work.dropout_factors(args, row.base, row.visible) : nullptr;
@@ -225,12 +232,14 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
                                     TensorView dv, const AttentionArgs& args) {
   const AttentionGeometry g =
       attention_geometry("attention_backward", q.shape(), k.shape(), v.shape());
-  for (const TensorShape* s : std::initializer_list<const TensorShape*>{
-           &out.shape(), &dout.shape(), &dq.shape, &dk.shape, &dv.shape}) {
+  for (const TensorShape* s :
+       std::initializer_list<const TensorShape*>{&out.shape(), &dout.shape(), &dq.shape}) {
     require_same_shape("attention_backward", q.shape(), *s);
   }
+  require_same_shape("attention_backward", k.shape(), dk.shape);
+  require_same_shape("attention_backward", k.shape(), dv.shape);
   detail::require_numel("attention_backward", "logsumexp", logsumexp.numel(),
-                        g.batch * g.heads * g.seq);
+                        g.batch * g.heads * g.queries);
   CARTO_CHECK(args.dropout >= 0.0f && args.dropout < 1.0f,
               "attention_backward: dropout must be in [0, 1); got ", args.dropout);
   const GlobalIndexer where(args.placement, g.probs);
@@ -238,38 +247,35 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
   float* p = work.scores(0);
   float* dp = work.scores(1);
   const float* pq = q.f32();
-  const float* pk = k.f32();
-  const float* pv = v.f32();
   const float* po = out.f32();
   const float* plse = logsumexp.f32();
   const float* pdo = dout.f32();
   float* pdq = dq.f32();
-  float* pdk = dk.f32();
-  float* pdv = dv.f32();
   const std::int64_t d = g.dim;
   const float scale = args.scale;
   for (std::int64_t b = 0; b < g.batch; ++b) {
     for (std::int64_t h = 0; h < g.heads; ++h) {
-      const std::int64_t head = (b * g.heads + h) * g.seq;
-      const float* kh = pk + head * d;
-      const float* vh = pv + head * d;
-      for (std::int64_t first = 0; first < g.seq; first += kQueryBlock) {
-        const QueryBlock blk = query_block(where, args, g.seq, first);
+      const std::int64_t head = (b * g.heads + h) * g.queries;
+      const std::int64_t kv = (b * g.heads + h) * g.keys * d;  // this (b, h) in k, v, dk, dv
+      const float* kh = k.f32() + kv;
+      const float* vh = v.f32() + kv;
+      for (std::int64_t first = 0; first < g.queries; first += kQueryBlock) {
+        const QueryBlock blk = query_block(where, args, g, first);
         if (blk.keys == 0) continue;
         const std::int64_t at = (head + first) * d;  // the block's first row of q, dq, out, dout
         sgemm(false, true, blk.rows, blk.keys, d, scale, pq + at, d, kh, d, 0.0f, p, blk.keys);
         sgemm(false, true, blk.rows, blk.keys, d, 1.0f, pdo + at, d, vh, d, 0.0f, dp, blk.keys);
         for (std::int64_t r = 0; r < blk.rows; ++r) {
-          const RowView row = row_view(where, args, g.seq, b, h, first + r);
+          const RowView row = row_view(where, args, g.keys, b, h, first + r);
           const float* factor = work.dropout_factors(args, row.base, row.visible);
           gradient_row(p + r * blk.keys, dp + r * blk.keys, row.visible, blk.keys,
                        plse[head + first + r], pdo + at + r * d, po + at + r * d, d, scale, factor);
         }
         sgemm(true, false, blk.keys, d, blk.rows, 1.0f, p, blk.keys, pdo + at, d, 1.0f,
-              pdv + head * d, d);
+              dv.f32() + kv, d);
         sgemm(false, false, blk.rows, d, blk.keys, 1.0f, dp, blk.keys, kh, d, 1.0f, pdq + at, d);
         sgemm(true, false, blk.keys, d, blk.rows, 1.0f, dp, blk.keys, pq + at, d, 1.0f,
-              pdk + head * d, d);
+              dk.f32() + kv, d);
       }
     }
   }

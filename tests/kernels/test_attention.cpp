@@ -196,3 +196,75 @@ TEST_CASE("fused attention on a head shard equals those heads of the whole",
     CHECK(wrong == 0);  // the same dropout mask and arithmetic: bitwise equal
   }
 }
+
+// Sequence parallelism (OpVariant::gathered_kv): each rank holds a run of query rows and the
+// all-gathered K and V. Its out, logsumexp and dq are those rows of the whole; its dk, dv are the
+// contributions of its rows, which add up over the ranks to the whole's.
+TEST_CASE("fused attention on query shards against gathered K, V equals the whole",
+          "[kernels][attention]") {
+  cpu::CpuBackend backend;
+  constexpr std::int64_t kS = 150, kD = 8, kA = 2;
+  const TensorShape qkv{{"b", 1}, {"heads", kA}, {"s", kS}, {"d", kD}};
+  const std::vector<float> q = random_normal(qkv.numel(), 100), k = random_normal(qkv.numel(), 101),
+                           v = random_normal(qkv.numel(), 102), w = random_normal(qkv.numel(), 103);
+  DeviceTensor tq(backend, qkv, q), tk(backend, qkv, k), tv(backend, qkv, v), dout(backend, qkv, w),
+      out(backend, qkv), lse(backend, {{"b", 1}, {"heads", kA}, {"s", kS}});
+  backend.attention_forward(tq, tk, tv, out, lse, kArgs);
+  DeviceTensor gq = zeros(backend, qkv), gk = zeros(backend, qkv), gv = zeros(backend, qkv);
+  backend.attention_backward(tq, tk, tv, out, lse, dout, gq, gk, gv, kArgs);
+  const std::vector<float> whole_out = out.download(), whole_lse = lse.download(),
+                           whole_dq = gq.download();
+
+  // The shards' rows placed in the whole, and their dk, dv added in fp32 (what the reduce-scatter
+  // of dK, dV does).
+  std::vector<float> shard_out(whole_out.size()), shard_lse(whole_lse.size()),
+      shard_dq(whole_dq.size()), sum_dk(whole_dq.size(), 0.0f), sum_dv(whole_dq.size(), 0.0f);
+  const std::int64_t cuts[] = {0, 50, 130, kS};  // shards of 50, 80 and 20 rows
+  for (std::size_t c = 0; c + 1 < std::size(cuts); ++c) {
+    const std::int64_t first = cuts[c], rows = cuts[c + 1] - cuts[c];
+    const TensorShape ls{{"b", 1}, {"heads", kA}, {"s", rows}, {"d", kD}};
+    const Slice box{.offset = {0, 0, first, 0}, .extent = {1, kA, rows, kD}};
+    DeviceTensor sq(backend, ls), sdo(backend, ls), so(backend, ls),
+        sl(backend, {{"b", 1}, {"heads", kA}, {"s", rows}});
+    backend.copy_box(tq, box, sq, {0, 0, 0, 0}, CopyMode::assign);
+    backend.copy_box(dout, box, sdo, {0, 0, 0, 0}, CopyMode::assign);
+    AttentionArgs args = kArgs;
+    args.placement = {.global_extents = {1, kA, kS, kS}, .offset = {0, 0, first, 0}};
+    backend.attention_forward(sq, tk, tv, so, sl, args);
+    DeviceTensor sdq = zeros(backend, ls), sdk = zeros(backend, qkv), sdv = zeros(backend, qkv);
+    backend.attention_backward(sq, tk, tv, so, sl, sdo, sdq, sdk, sdv, args);
+    const std::vector<float> o = so.download(), l = sl.download(), dq = sdq.download(),
+                             dk = sdk.download(), dv = sdv.download();
+    for (std::int64_t h = 0; h < kA; ++h) {
+      for (std::int64_t i = 0; i < rows; ++i) {
+        const auto local = static_cast<std::size_t>(h * rows + i);
+        const auto global = static_cast<std::size_t>(h * kS + first + i);
+        shard_lse[global] = l[local];
+        for (std::int64_t e = 0; e < kD; ++e) {
+          shard_out[global * kD + static_cast<std::size_t>(e)] =
+              o[local * kD + static_cast<std::size_t>(e)];
+          shard_dq[global * kD + static_cast<std::size_t>(e)] =
+              dq[local * kD + static_cast<std::size_t>(e)];
+        }
+      }
+    }
+    for (std::size_t i = 0; i < dk.size(); ++i) {
+      sum_dk[i] += dk[i];
+      sum_dv[i] += dv[i];
+    }
+  }
+  // The same rows through GEMMs over other row blocks: equal up to the order OpenBLAS sums in, so
+  // within the fused-vs-materialized tolerance (two fp32 evaluations, each within its chain); dk
+  // and dv add three shards' sums (2 roundings more).
+  const std::int64_t chain = 2 * (2 * kD + 2 * kS + 12);
+  const auto ref = [](const std::vector<float>& v) { return to_double(v); };
+  CARTO_CHECK_CLOSE("shard out", shard_out, ref(whole_out),
+                    fp32_chain(chain, max_abs(ref(whole_out))));
+  CARTO_CHECK_CLOSE("shard logsumexp", shard_lse, ref(whole_lse),
+                    fp32_chain(chain, max_abs(ref(whole_lse))));
+  CARTO_CHECK_CLOSE("shard dq", shard_dq, ref(whole_dq), fp32_chain(chain, max_abs(ref(whole_dq))));
+  CARTO_CHECK_CLOSE("shards' dk", sum_dk, ref(gk.download()),
+                    fp32_chain(chain + 2, max_abs(ref(gk.download()))));
+  CARTO_CHECK_CLOSE("shards' dv", sum_dv, ref(gv.download()),
+                    fp32_chain(chain + 2, max_abs(ref(gv.download()))));
+}

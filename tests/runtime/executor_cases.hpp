@@ -20,7 +20,7 @@
 namespace carto::testing {
 
 constexpr GptConfig kTiny{
-    .name = "tiny", .layers = 2, .hidden = 16, .heads = 4, .vocab = 24, .seq = 8};
+    .name = "tiny", .layers = 2, .hidden = 32, .heads = 4, .vocab = 40, .seq = 16};
 
 inline Graph tiny_graph(std::int64_t batch, AttentionKind attention = AttentionKind::materialized,
                         double dropout = 0.1) {

@@ -111,7 +111,7 @@ constexpr std::int64_t rows_of(const TensorShape& s, std::size_t dim) {
 }
 
 constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes,
-                            LayerNormStats stats) {
+                            LayerNormStats stats, DropoutMasks masks = DropoutMasks::stored) {
   OpCost c{};
   auto bytes = [&](TensorId t, const TensorShape& s) {
     return s.numel() * element_bytes(g.tensor(t));
@@ -166,7 +166,8 @@ constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes
     case OpKind::gelu: c.flops_forward = 8 * n, c.flops_backward_input = 16 * n; break;
     case OpKind::dropout:
       c.flops_forward = 2 * n, c.flops_backward_input = 2 * n;
-      if (op.probability > 0) c.private_saved_bytes = n;  // 1-byte mask
+      if (op.probability > 0 && masks == DropoutMasks::stored)
+        c.private_saved_bytes = n;  // 1-byte mask
       break;
     case OpKind::scale: c.flops_forward = n, c.flops_backward_input = n; break;
     case OpKind::add: c.flops_forward = n; break;
@@ -467,7 +468,8 @@ constexpr ShardingSpec einsum_output_spec(const Graph& g, OpId o,
 // Per-device cost of op `o` under a strategy: the specs are checked against the shapes and the mesh
 // and against the op's rules, then the formulas run on the local shapes.
 constexpr OpCost op_cost(const Graph& g, OpId o, const OpSharding& sharding, const DeviceMesh& mesh,
-                         LayerNormStats stats = LayerNormStats::counted) {
+                         LayerNormStats stats = LayerNormStats::counted,
+                         DropoutMasks masks = DropoutMasks::stored) {
   const Op& op = g.op(o);
   if (sharding.inputs.size() != op.inputs.size()) {
     detail::fail("carto: ", to_string_view(op.kind), " has ", op.inputs.size(), " inputs but ",
@@ -487,7 +489,7 @@ constexpr OpCost op_cost(const Graph& g, OpId o, const OpSharding& sharding, con
   if (op.kind == OpKind::fused_attention && sharding.variant == OpVariant::gathered_kv) {
     shapes.kv_seq = g.tensor(op.inputs[1]).shape.dims()[2].extent;
   }
-  return detail::op_cost_on(g, op, shapes, stats);
+  return detail::op_cost_on(g, op, shapes, stats, masks);
 }
 
 }  // namespace carto

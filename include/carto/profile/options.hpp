@@ -19,6 +19,10 @@ enum class AttentionKind : std::uint8_t { materialized, fused };
 enum class Recompute : std::uint8_t { none, full };
 enum class Precision : std::uint8_t { fp32, mixed_bf16 };
 enum class LayerNormStats : std::uint8_t { counted, ignored };
+// Dropout masks: kept for backward (1 byte per element, as Korthikanti et al. 2022 count them), or
+// regenerated in backward from the counter-based RNG (carto's runtime, runtime/rng.hpp), which
+// keeps nothing.
+enum class DropoutMasks : std::uint8_t { stored, regenerated };
 
 struct ProfileOptions {
   std::int64_t batch = 1;
@@ -54,6 +58,9 @@ constexpr std::string_view to_string_view(Recompute r) {
 }
 constexpr std::string_view to_string_view(Precision p) {
   return p == Precision::fp32 ? "fp32" : "mixed_bf16";
+}
+constexpr std::string_view to_string_view(DropoutMasks m) {
+  return m == DropoutMasks::regenerated ? "regenerated" : "stored";
 }
 constexpr std::string_view to_string_view(LayerNormStats s) {
   return s == LayerNormStats::ignored ? "ignored" : "counted";

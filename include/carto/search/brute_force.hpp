@@ -80,7 +80,9 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
     const GroupCost& gc = cost.groups[gi];
     std::int64_t temp = 0;
     for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
-      temp = std::max(temp, chosen[static_cast<std::size_t>(k)].memory.temporaries);
+      const Strategy& s = chosen[static_cast<std::size_t>(k)];
+      temp = std::max(temp, s.memory.temporaries +
+                                (options.zero_stage == 3 ? parameter_bytes(g, s, mesh) : 0));
     }
     if (gi < checkpointed.size() && checkpointed[gi]) {
       recompute += m * (gc.compute_forward_s + gc.comm_forward_s);
@@ -112,7 +114,8 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
                                 const DpOptions& options, const std::vector<std::size_t>& strategy,
                                 const std::vector<bool>& checkpointed) {
   const StrategyOptions sopt{.precision = options.precision,
-                             .layernorm_stats = options.layernorm_stats};
+                             .layernorm_stats = options.layernorm_stats,
+                             .dropout_masks = options.dropout_masks};
   std::vector<Strategy> chosen;
   for (std::size_t k = 0; k < g.num_ops(); ++k) {
     chosen.push_back(
@@ -152,7 +155,8 @@ inline std::vector<DpPoint> brute_force_frontier(const Graph& g, const DeviceMes
                                                  const StrategyFilter& filter = {},
                                                  std::size_t limit = 2'000'000) {
   const StrategyOptions sopt{.precision = options.precision,
-                             .layernorm_stats = options.layernorm_stats};
+                             .layernorm_stats = options.layernorm_stats,
+                             .dropout_masks = options.dropout_masks};
   std::vector<std::vector<std::size_t>> allowed(g.num_ops());
   double count = 1;
   for (std::size_t k = 0; k < g.num_ops(); ++k) {

@@ -110,8 +110,9 @@ enum class CheckpointChoice : std::uint8_t { none, all, search };
 struct DpOptions {
   Precision precision = Precision::mixed_bf16;
   LayerNormStats layernorm_stats = LayerNormStats::counted;
-  int zero_stage = 0;              // 0..3
-  std::int64_t micro_batches = 1;  // m: the step runs m forward/backward passes
+  DropoutMasks dropout_masks = DropoutMasks::stored;  // regenerated: what carto's runtime does
+  int zero_stage = 0;                                 // 0..3
+  std::int64_t micro_batches = 1;                     // m: the step runs m forward/backward passes
   CheckpointChoice checkpoint = CheckpointChoice::search;
   // 0: exact (the frontier equals brute force's). ε > 0: labels within a factor (1 + ε) in memory
   // of a faster one are pruned at every step, which bounds the state sets on deep models; a plan's
@@ -238,7 +239,8 @@ class DpModel {
     graphs_.assign(nt, nullptr);
     bytes_.assign(nt, {});
     const StrategyOptions sopt{.precision = options.precision,
-                               .layernorm_stats = options.layernorm_stats};
+                               .layernorm_stats = options.layernorm_stats,
+                               .dropout_masks = options.dropout_masks};
     ops_.resize(g.num_ops());
     for (std::size_t k = 0; k < g.num_ops(); ++k) {
       const OpId o{static_cast<std::int32_t>(k)};
@@ -364,7 +366,9 @@ class DpModel {
     c.micro_s = t.compute_forward_s + t.compute_backward_s + t.comm_forward_s +
                 (t.comm_backward_s - c.sync_s);
     c.private_saved = s.cost.private_saved_bytes;
-    c.temporaries = s.memory.temporaries;
+    // ZeRO-3 gathers the op's parameters for the time it runs.
+    c.temporaries =
+        s.memory.temporaries + (options_.zero_stage == 3 ? parameter_bytes(g_, s, mesh_) : 0);
     return c;
   }
 

@@ -66,8 +66,8 @@
 // Memory per device (DESIGN.md §5): parameters and gradients at the parameters' dtype, optimizer
 // states optimizer_bytes_per_param(precision) per local parameter element (no ZeRO here), saved
 // activations (OpCost::saved_bytes: the op's own figure, not deduplicated across ops), temporaries
-// (the backward workspace, gathered K and V included). A parameter used by two ops (a tied
-// embedding) is counted by both strategies.
+// (the backward workspace, gathered K and V included, plus the input-gradient buffers the backward
+// writes). A parameter used by two ops (a tied embedding) is counted by both strategies.
 #pragma once
 
 #include <algorithm>
@@ -168,6 +168,7 @@ struct Strategy {
 struct StrategyOptions {
   Precision precision = Precision::mixed_bf16;  // optimizer-state bytes per parameter
   LayerNormStats layernorm_stats = LayerNormStats::counted;
+  DropoutMasks dropout_masks = DropoutMasks::stored;
 };
 
 // "[S(dp),R,R; R,S(tp)] -> S(dp),R,S(tp)", with the variant when it is not plain.
@@ -180,6 +181,19 @@ inline std::string to_string(const Strategy& s) {
   if (s.sharding.variant != OpVariant::plain)
     text += detail::concat(" (", to_string_view(s.sharding.variant), ")");
   return text;
+}
+
+// Bytes of the op's parameters per device in the specs the op reads them: what ZeRO stage 3 gathers
+// before the op runs (and again before its backward), live while it runs.
+inline std::int64_t parameter_bytes(const Graph& g, const Strategy& s, const DeviceMesh& mesh) {
+  const Op& op = g.op(s.op);
+  std::int64_t bytes = 0;
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+    const TensorInfo& t = g.tensor(op.inputs[i]);
+    if (t.kind == TensorKind::parameter)
+      bytes += local_shape(t.shape, s.sharding.inputs[i], mesh).numel() * element_bytes(t);
+  }
+  return bytes;
 }
 
 // The spec without its Partial axes.
@@ -309,7 +323,7 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
   Strategy st{.op = o, .kind = detail::kind_of(op, sharding.variant), .sharding = sharding};
   // The dtype it computes in: the first input's (the logits of cross-entropy, not its fp32 loss).
   st.dtype = g.tensor(op.inputs[0]).dtype;
-  st.cost = op_cost(g, o, sharding, mesh, options.layernorm_stats);
+  st.cost = op_cost(g, o, sharding, mesh, options.layernorm_stats, options.dropout_masks);
   st.gradients = detail::gradient_specs(g, op, sharding);
 
   auto local_bytes = [&](TensorId t, const ShardingSpec& spec) {
@@ -378,7 +392,20 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
   }
   if (op.kind == OpKind::view) st.bytes_backward = 0;  // a view's backward renames the gradient
   st.memory.activations = st.cost.saved_bytes;
-  st.memory.temporaries = st.cost.temp_bytes;
+  // Excursion: in backward, the op's own workspace plus the gradient buffers its backward writes
+  // (one per non-index input, in the input's gradient spec), live until the gradient is handed
+  // on; in forward, a Partial output, which no op saves (a consumer reads it resolved), lives only
+  // until that reshard. The schedule model takes the larger as the op's transient memory.
+  std::int64_t backward_excursion = st.cost.temp_bytes;
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+    const TensorInfo& in = g.tensor(op.inputs[i]);
+    if (in.kind == TensorKind::index || op.kind == OpKind::view) continue;
+    backward_excursion +=
+        local_shape(in.shape, without_partial(st.gradients[i]), mesh).numel() * element_bytes(in);
+  }
+  const std::int64_t forward_excursion =
+      sharding.output.is_partial() && op.kind != OpKind::view ? st.cost.output_bytes : 0;
+  st.memory.temporaries = std::max(backward_excursion, forward_excursion);
   return st;
 }
 

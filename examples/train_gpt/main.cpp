@@ -3,7 +3,7 @@
 // prints the plan with its predicted step time and peak memory, trains with a progress line, sets
 // the measured peak memory and step time beside the prediction, and samples some text.
 //
-//   carto-demo [--mesh 2x2] [--budget 3MiB] [--steps 150] [--json report.json] ...  (see --help)
+//   carto-demo [--mesh 2x2] [--budget 3MiB] [--steps 200] [--json report.json] ...  (see --help)
 //
 // Files: corpus.* (the text and its batches), planning.* (the search on one mesh, plan files),
 // training.* (thread ranks, Trainer, sampling), report.* (what is printed and written).
@@ -38,7 +38,7 @@ std::vector<carto::cli::FlagSpec> flag_specs() {
       {"budget", true,
        "memory budget per rank, e.g. 3MiB (default: halfway between the least memory any plan "
        "needs and the fastest plan's memory)"},
-      {"steps", true, "training steps (default 150)"},
+      {"steps", true, "training steps (default 200)"},
       {"layers", true, "transformer blocks (default 2)"},
       {"hidden", true, "hidden size (default 64)"},
       {"heads", true, "attention heads; they divide --hidden (default 4)"},
@@ -144,7 +144,7 @@ int run(const std::vector<std::string>& args) {
     budget = parsed("budget", *b, [](const std::string& t) { return carto::parse_bytes(t); });
   demo::TrainSettings settings{
       .batch = flags.positive("batch").value_or(16),
-      .steps = flags.positive("steps").value_or(150),
+      .steps = flags.positive("steps").value_or(200),
       .learning_rate = static_cast<float>(number(flags, "lr", 3e-3, false)),
       .seed = seed_flag(flags),
       .sample_chars =
@@ -200,8 +200,8 @@ int run(const std::vector<std::string>& args) {
     }
   }
   std::cout << "model: " << model_name.str() << ": " << info.parameters << " parameters\n";
-  std::cout << "mesh: " << mesh << ", " << mesh.num_devices() << " CPU thread ranks on "
-            << info.cores << " cores\n\n";
+  std::cout << "mesh: " << mesh << ", " << mesh.num_devices() << " CPU thread rank"
+            << (mesh.num_devices() == 1 ? "" : "s") << " on " << info.cores << " cores\n\n";
 
   carto::Plan plan;
   if (info.plan_file.empty()) {

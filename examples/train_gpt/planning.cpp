@@ -192,9 +192,9 @@ carto::Plan load_plan(const std::string& file, const std::string& model,
   try {
     plan = carto::plan_from_json(j, make_graph(batch / m));
   } catch (const carto::Error& e) {
-    fail("carto-demo: --plan file '", file,
-         "' does not fit this model (--layers, --hidden, --heads, ",
-         "--seq, --batch and the vocabulary must be those it was saved with): ", e.what());
+    std::string message = e.what();
+    if (message.rfind("carto: plan file: ", 0) == 0) message.erase(0, 18);
+    fail("carto-demo: --plan file '", file, "': ", message);
   }
   if (!(plan.mesh == mesh)) {
     fail("carto-demo: the --plan file '", file, "' is for mesh ", plan.mesh, " but --mesh is ",

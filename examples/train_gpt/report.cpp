@@ -51,18 +51,20 @@ void print_plan(std::ostream& out, const carto::Plan& plan, const RunInfo& info)
       << plan.micro_batches << " micro-batch" << (plan.micro_batches == 1 ? "" : "es");
   if (info.search) {
     out << " (searched in " << fixed(plan.search_time_s, 1)
-        << " s over ZeRO stages 0-3 and the micro-batch counts on this mesh"
-        << ")\n";
+        << " s over ZeRO stages 0-3 and the micro-batch counts on this mesh)\n";
     if (info.tolerance > 0) {
       out << "  DP tolerance " << fixed(info.tolerance, 3)
           << ": points within that fraction of a faster point's memory were pruned (an exact "
              "search, --tolerance 0, takes minutes on a 2-D mesh)\n";
     }
-    out << "  budget " << format_bytes(info.search->budget) << " per rank"
-        << (info.search->default_budget ? " (default: halfway between" : " (")
-        << " the least memory any plan needs, " << format_bytes(info.search->least_bytes)
-        << ", and the fastest plan's " << format_bytes(info.search->fastest_bytes) << " at "
-        << milliseconds(info.search->fastest_time_s) << ")\n";
+    const PlanChoice& c = *info.search;
+    out << "  budget " << format_bytes(c.budget) << " per rank ("
+        << (c.default_budget ? "default: halfway between the least memory any plan needs and "
+                               "the fastest plan's; "
+                             : "--budget; ")
+        << "the least memory any plan needs is " << format_bytes(c.least_bytes)
+        << ", the fastest plan needs " << format_bytes(c.fastest_bytes) << " and takes "
+        << milliseconds(c.fastest_time_s) << ")\n";
   } else {
     out << " (loaded from " << info.plan_file << ")\n";
   }
@@ -187,6 +189,7 @@ Json report_json(const carto::Plan& plan, const TrainResult& result, const Train
   for (const double s : result.step_seconds) t["step_seconds"].push_back(s);
   t["loss_disagreement_between_ranks"] = result.loss_disagreement;
   t["train_seconds"] = result.train_seconds;
+  t["sample_seconds"] = result.sample_seconds;
 
   Json& mem = j["memory"];
   mem["predicted_peak_bytes"] = plan.peak_memory_bytes;

@@ -152,10 +152,10 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
       world.barrier().wait();  // every rank's peak of this step is in
       if (rank != 0) continue;
       log << "step " << std::setw(5) << s + 1 << "/" << settings.steps << "  loss " << std::fixed
-          << std::setprecision(3) << st.loss << "  avg" << std::min(kAverage, out.losses.size())
-          << " " << mean_of_last(out.losses, kAverage) << "  " << std::setprecision(0)
-          << std::setw(7) << tokens_per_step * static_cast<double>(window_steps) / window_s
-          << " tok/s  peak/rank";
+          << std::setprecision(3) << st.loss << " (mean of the last "
+          << std::min(kAverage, out.losses.size()) << ": " << mean_of_last(out.losses, kAverage)
+          << ")  " << std::setprecision(0) << std::setw(7)
+          << tokens_per_step * static_cast<double>(window_steps) / window_s << " tok/s  peak/rank";
       log.unsetf(std::ios::floatfield);
       log << std::setprecision(6);
       for (const auto& p : live_peak) log << "  " << format_bytes(p.load());

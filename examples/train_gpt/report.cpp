@@ -132,6 +132,12 @@ void print_summary(std::ostream& out, const carto::Plan& plan, const TrainResult
       << (n > 1 ? "2-" : "1-") << n << "), predicted " << milliseconds(plan.step_time_s)
       << " under hardware profile '" << info.hardware.name << "': measured/predicted "
       << fixed(measured / plan.step_time_s, 2) << "\n";
+  if (result.cpu_seconds_per_rank_step > 0) {
+    out << "  CPU time per rank and step (process CPU time of steps 2-" << n << " / " << ranks
+        << (ranks == 1 ? " rank): " : " ranks): ") << milliseconds(result.cpu_seconds_per_rank_step)
+        << ", measured/predicted " << fixed(result.cpu_seconds_per_rank_step / plan.step_time_s, 2)
+        << "\n";
+  }
   if (info.cores > 0 && ranks > info.cores) {
     out << "  (" << ranks << " thread ranks share " << info.cores
         << " cores here; the profile prices every rank as if it had a core of its own)\n";
@@ -207,6 +213,7 @@ Json report_json(const carto::Plan& plan, const TrainResult& result, const Train
   j["step_time"]["predicted_s"] = plan.step_time_s;
   j["step_time"]["measured_s"] = measured;
   j["step_time"]["measured_over_predicted"] = measured / plan.step_time_s;
+  j["step_time"]["cpu_per_rank_s"] = result.cpu_seconds_per_rank_step;
   j["step_time"]["tokens_per_second"] =
       static_cast<double>(settings.batch * info.model.seq) / measured;
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cpu/cpu_backend.hpp>
+#include <ctime>
 #include <iomanip>
 #include <ostream>
 #include <random>
@@ -135,6 +136,7 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
     Trainer trainer(micro_graph, plan, backend, comms, hw,
                     {.seed = settings.seed, .adamw = {.learning_rate = settings.learning_rate}});
     const auto start = std::chrono::steady_clock::now();
+    std::clock_t cpu_start = 0;  // after step 1 (rank 0)
     double window_s = 0;
     std::int64_t window_steps = 0;
     for (std::int64_t s = 0; s < settings.steps; ++s) {
@@ -151,6 +153,7 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
       if (!(s == 0 || (s + 1) % settings.log_every == 0 || s + 1 == settings.steps)) continue;
       world.barrier().wait();  // every rank's peak of this step is in
       if (rank != 0) continue;
+      if (s == 0) cpu_start = std::clock();
       log << "step " << std::setw(5) << s + 1 << "/" << settings.steps << "  loss " << std::fixed
           << std::setprecision(3) << st.loss << " (mean of the last "
           << std::min(kAverage, out.losses.size()) << ": " << mean_of_last(out.losses, kAverage)
@@ -162,6 +165,12 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
       log << std::endl;
       window_s = 0;
       window_steps = 0;
+    }
+    world.barrier().wait();  // every rank has finished training
+    if (rank == 0 && settings.steps > 1) {
+      out.cpu_seconds_per_rank_step = static_cast<double>(std::clock() - cpu_start) /
+                                      CLOCKS_PER_SEC / static_cast<double>(ranks) /
+                                      static_cast<double>(settings.steps - 1);
     }
     out.peak_bytes[rank] = trainer.memory().peak_bytes();
     out.at_peak[rank] = trainer.memory().at_peak();

@@ -42,6 +42,9 @@ struct TrainResult {
   std::vector<carto::MemoryBreakdown> at_peak;  // per rank: the split by kind at its peak
   std::vector<std::string> prompts;             // sampling: the prompt of each line
   std::vector<std::string> samples;             // and what the model wrote after it
+  // Process CPU time (every rank's thread) per step and rank over steps 2 onwards: the time a rank
+  // would take with a core of its own, which the hardware profile prices.
+  double cpu_seconds_per_rank_step = 0;
   double train_seconds = 0;
   double sample_seconds = 0;
 };

@@ -248,17 +248,7 @@ class Executor {
                          {.offset = {0}, .extent = {len}}, send.view({{"chunk", p.chunk}}), {0},
                          CopyMode::assign);
           }
-          Buffer all = be_.allocate({{"all", p.chunk * p.replicas}}, DType::fp32,
-                                    MemoryCategory::temporaries);
-          be_.synchronize();
-          p.comm
-              ->all_gather(std::span<const float>(send.view({{"chunk", p.chunk}}).f32(),
-                                                  static_cast<std::size_t>(p.chunk)),
-                           std::span<float>(all.view({{"all", p.chunk * p.replicas}}).f32(),
-                                            static_cast<std::size_t>(p.chunk * p.replicas)))
-              .wait();
-          be_.copy_box(all.view({{"all", p.chunk * p.replicas}}), {.offset = {0}, .extent = {n}},
-                       p.value.view(flat), {0}, CopyMode::assign);
+          all_gather_chunks(p, send.view({{"chunk", p.chunk}}), p.value.view(flat));
         }
       }
       be_.fill(p.grad.view(opt_.zero_stage >= 2 ? TensorShape{{"chunk", p.chunk}} : flat), 0.0f);
@@ -527,26 +517,30 @@ class Executor {
                    reshaped(chunk, {{"chunk", p.chunk}}), {0}, CopyMode::assign);
     }
   }
-  // The full local tensor from the chunks of the replica group (ZeRO-3 gather).
-  Buffer gather_chunks(Param& p, const Buffer& chunk) {
+  // dst (the full local tensor, n elements) = the first n elements of the replica group's chunks
+  // concatenated in group-rank order.
+  void all_gather_chunks(Param& p, ConstTensorView chunk, TensorView dst) {
     const std::int64_t n = p.local.numel();
-    Buffer out = be_.allocate(p.local, DType::fp32, MemoryCategory::temporaries);
     if (p.replicas == 1) {
-      be_.copy_box(chunk.view({{"chunk", p.chunk}}), {.offset = {0}, .extent = {n}},
-                   out.view({{"flat", n}}), {0}, CopyMode::assign);
-      return out;
+      be_.copy_box(chunk, {.offset = {0}, .extent = {n}}, reshaped(dst, {{"flat", n}}), {0},
+                   CopyMode::assign);
+      return;
     }
-    Buffer all =
-        be_.allocate({{"all", p.chunk * p.replicas}}, DType::fp32, MemoryCategory::temporaries);
+    const TensorShape all_shape{{"all", p.chunk * p.replicas}};
+    Buffer all = be_.allocate(all_shape, DType::fp32, MemoryCategory::temporaries);
     be_.synchronize();
     p.comm
-        ->all_gather(std::span<const float>(chunk.view({{"chunk", p.chunk}}).f32(),
-                                            static_cast<std::size_t>(p.chunk)),
-                     std::span<float>(all.view({{"all", p.chunk * p.replicas}}).f32(),
+        ->all_gather(std::span<const float>(chunk.f32(), static_cast<std::size_t>(p.chunk)),
+                     std::span<float>(all.view(all_shape).f32(),
                                       static_cast<std::size_t>(p.chunk * p.replicas)))
         .wait();
-    be_.copy_box(all.view({{"all", p.chunk * p.replicas}}), {.offset = {0}, .extent = {n}},
-                 out.view({{"flat", n}}), {0}, CopyMode::assign);
+    be_.copy_box(all.view(all_shape), {.offset = {0}, .extent = {n}}, reshaped(dst, {{"flat", n}}),
+                 {0}, CopyMode::assign);
+  }
+  // The full local tensor from the chunks of the replica group (ZeRO-3 gather).
+  Buffer gather_chunks(Param& p, const Buffer& chunk) {
+    Buffer out = be_.allocate(p.local, DType::fp32, MemoryCategory::temporaries);
+    all_gather_chunks(p, chunk.view({{"chunk", p.chunk}}), out.view(p.local));
     return out;
   }
   std::shared_ptr<Buffer> parameter_local(Param& p) {

@@ -148,21 +148,70 @@ void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, Const
 // ---- layernorm with the normalized dim split across devices
 // ---------------------------------------
 
-void CpuBackend::layernorm_partial_sums(ConstTensorView x, TensorView sums) {
-  const NormRows n = check_norm("layernorm_partial_sums", x.shape(), {.sums = sums.numel()});
-  const float* px = x.f32();
-  float* ps = sums.f32();
-  for (std::int64_t r = 0; r < n.rows; ++r) {
-    const float* xr = px + r * n.columns;
+namespace {
+
+// The loops of the four calls below over `rows` rows of `c` local columns.
+CARTO_VECTOR_CLONES void partial_sums_rows(const float* px, float* ps, std::int64_t rows,
+                                           std::int64_t c) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * c;
     // fp32 squares are exact in double.
-    const double sum = sum_lanes<double>(n.columns, [&](std::int64_t j) { return double{xr[j]}; });
-    const double squares = sum_lanes<double>(n.columns, [&](std::int64_t j) {
+    ps[2 * r] =
+        static_cast<float>(sum_lanes<double>(c, [&](std::int64_t j) { return double{xr[j]}; }));
+    ps[2 * r + 1] = static_cast<float>(sum_lanes<double>(c, [&](std::int64_t j) {
       const double v = xr[j];
       return v * v;
-    });
-    ps[2 * r] = static_cast<float>(sum);
-    ps[2 * r + 1] = static_cast<float>(squares);
+    }));
   }
+}
+
+CARTO_VECTOR_CLONES void apply_rows(const float* px, const float* ps, double global_columns,
+                                    const float* pg, const float* pb, float* py, float* pmean,
+                                    float* prstd, std::int64_t rows, std::int64_t c,
+                                    double epsilon) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    // The per-row scalars in double: E[x²] − mean² loses no more than the fp32 sums carry.
+    const double mu = static_cast<double>(ps[2 * r]) / global_columns;
+    const double var = std::max(static_cast<double>(ps[2 * r + 1]) / global_columns - mu * mu, 0.0);
+    pmean[r] = static_cast<float>(mu);
+    prstd[r] = static_cast<float>(1.0 / std::sqrt(var + epsilon));
+    normalize_row(px + r * c, pg, pb, pmean[r], prstd[r], py + r * c, c);
+  }
+}
+
+CARTO_VECTOR_CLONES void backward_partial_sums_rows(const float* pdy, const float* px,
+                                                    const float* pg, const float* pmean,
+                                                    const float* prstd, float* ps,
+                                                    std::int64_t rows, std::int64_t c) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * c;
+    const float* dyr = pdy + r * c;
+    const float mu = pmean[r], s = prstd[r];
+    ps[2 * r] = static_cast<float>(
+        sum_lanes<double>(c, [&](std::int64_t j) { return static_cast<double>(dyr[j] * pg[j]); }));
+    ps[2 * r + 1] = static_cast<float>(sum_lanes<double>(c, [&](std::int64_t j) {
+      return static_cast<double>(dyr[j] * pg[j] * ((xr[j] - mu) * s));
+    }));
+  }
+}
+
+CARTO_VECTOR_CLONES void backward_apply_rows(const float* pdy, const float* px, const float* pg,
+                                             const float* pmean, const float* prstd,
+                                             const float* ps, float global_columns, float* pdx,
+                                             float* pdg, float* pdb, std::int64_t rows,
+                                             std::int64_t c) {
+  const float inv_c = 1.0f / global_columns;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    backward_row(pdy + r * c, px + r * c, pg, pmean[r], prstd[r], ps[2 * r] * inv_c,
+                 ps[2 * r + 1] * inv_c, pdx + r * c, pdg, pdb, c);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::layernorm_partial_sums(ConstTensorView x, TensorView sums) {
+  const NormRows n = check_norm("layernorm_partial_sums", x.shape(), {.sums = sums.numel()});
+  partial_sums_rows(x.f32(), sums.f32(), n.rows, n.columns);
 }
 
 void CpuBackend::layernorm_apply(ConstTensorView x, ConstTensorView sums,
@@ -175,22 +224,8 @@ void CpuBackend::layernorm_apply(ConstTensorView x, ConstTensorView sums,
                                  .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}},
                                  .sums = sums.numel()});
   require_global_columns("layernorm_apply", global_columns, n);
-  const float* px = x.f32();
-  const float* ps = sums.f32();
-  const float* pg = gamma.f32();
-  const float* pb = beta.f32();
-  float* py = y.f32();
-  float* pmean = mean.f32();
-  float* prstd = rstd.f32();
-  const double inv_c = 1.0 / static_cast<double>(global_columns);
-  for (std::int64_t r = 0; r < n.rows; ++r) {
-    // The per-row scalars in double: E[x²] − mean² loses no more than the fp32 sums carry.
-    const double mu = static_cast<double>(ps[2 * r]) * inv_c;
-    const double var = std::max(static_cast<double>(ps[2 * r + 1]) * inv_c - mu * mu, 0.0);
-    pmean[r] = static_cast<float>(mu);
-    prstd[r] = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(args.epsilon)));
-    normalize_row(px + r * n.columns, pg, pb, pmean[r], prstd[r], py + r * n.columns, n.columns);
-  }
+  apply_rows(x.f32(), sums.f32(), static_cast<double>(global_columns), gamma.f32(), beta.f32(),
+             y.f32(), mean.f32(), rstd.f32(), n.rows, n.columns, static_cast<double>(args.epsilon));
 }
 
 void CpuBackend::layernorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x,
@@ -201,24 +236,8 @@ void CpuBackend::layernorm_backward_partial_sums(ConstTensorView dy, ConstTensor
                                  .columns = {{"gamma", gamma.numel()}},
                                  .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}},
                                  .sums = sums.numel()});
-  const float* pdy = dy.f32();
-  const float* px = x.f32();
-  const float* pg = gamma.f32();
-  const float* pmean = mean.f32();
-  const float* prstd = rstd.f32();
-  float* ps = sums.f32();
-  for (std::int64_t r = 0; r < n.rows; ++r) {
-    const float* xr = px + r * n.columns;
-    const float* dyr = pdy + r * n.columns;
-    const float mu = pmean[r], s = prstd[r];
-    const double g_sum = sum_lanes<double>(
-        n.columns, [&](std::int64_t j) { return static_cast<double>(dyr[j] * pg[j]); });
-    const double gx_sum = sum_lanes<double>(n.columns, [&](std::int64_t j) {
-      return static_cast<double>(dyr[j] * pg[j] * ((xr[j] - mu) * s));
-    });
-    ps[2 * r] = static_cast<float>(g_sum);
-    ps[2 * r + 1] = static_cast<float>(gx_sum);
-  }
+  backward_partial_sums_rows(dy.f32(), x.f32(), gamma.f32(), mean.f32(), rstd.f32(), sums.f32(),
+                             n.rows, n.columns);
 }
 
 void CpuBackend::layernorm_backward_apply(ConstTensorView dy, ConstTensorView x,
@@ -233,21 +252,9 @@ void CpuBackend::layernorm_backward_apply(ConstTensorView dy, ConstTensorView x,
        .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}},
        .sums = sums.numel()});
   require_global_columns("layernorm_backward_apply", global_columns, n);
-  const float* pdy = dy.f32();
-  const float* px = x.f32();
-  const float* pg = gamma.f32();
-  const float* pmean = mean.f32();
-  const float* prstd = rstd.f32();
-  const float* ps = sums.f32();
-  float* pdx = dx.f32();
-  float* pdg = dgamma.f32();
-  float* pdb = dbeta.f32();
-  const float inv_c = 1.0f / static_cast<float>(global_columns);
-  for (std::int64_t r = 0; r < n.rows; ++r) {
-    const std::int64_t at = r * n.columns;
-    backward_row(pdy + at, px + at, pg, pmean[r], prstd[r], ps[2 * r] * inv_c,
-                 ps[2 * r + 1] * inv_c, pdx + at, pdg, pdb, n.columns);
-  }
+  backward_apply_rows(dy.f32(), x.f32(), gamma.f32(), mean.f32(), rstd.f32(), sums.f32(),
+                      static_cast<float>(global_columns), dx.f32(), dgamma.f32(), dbeta.f32(),
+                      n.rows, n.columns);
 }
 
 // ---- softmax

@@ -183,13 +183,13 @@ TEST_CASE("heads_box splits the fused QKV into heads and merges them back", "[ke
     backend.copy_strided(qkv, heads_box(fused, 3, part, heads), t, contiguous, extents,
                          CopyMode::assign);
     const std::vector<float> got = t.download();
-    std::int64_t wrong = 0;  // t[b, n, s, e] = qkv[b, s, part·H + n·d + e]
+    std::int64_t wrong = 0;  // t[b, n, s, e] = qkv[b, s, n·3·d + part·d + e] (per-head order)
     for (std::int64_t b = 0; b < B; ++b)
       for (std::int64_t n = 0; n < heads; ++n)
         for (std::int64_t s = 0; s < S; ++s)
           for (std::int64_t e = 0; e < d; ++e)
             wrong += got[static_cast<std::size_t>(((b * heads + n) * S + s) * d + e)] !=
-                     x[static_cast<std::size_t>((b * S + s) * 3 * H + part * H + n * d + e)];
+                     x[static_cast<std::size_t>((b * S + s) * 3 * H + n * 3 * d + part * d + e)];
     CHECK(wrong == 0);
     backend.copy_strided(t, contiguous, back, heads_box(fused, 3, part, heads), extents,
                          CopyMode::assign);

@@ -264,7 +264,9 @@ inline StridedBox box_of(const TensorShape& shape, const Slice& slice) {
 
 // Part `part` of `parts` of a (B, S, parts·heads·d) tensor seen as (B, heads, S, d): the source box
 // of split_heads (Q, K, V out of the fused QKV projection) and the destination box of merge_heads
-// (parts = 1, part = 0). The box's extents are (B, heads, S, d).
+// (parts = 1, part = 0). The box's extents are (B, heads, S, d). The fused dim is ordered per head
+// (graph.hpp's split_heads): element (b, n, s, e) of part p is fused column n·parts·d + p·d + e, so
+// a contiguous shard of the fused dim holds whole heads and the same box applies to it locally.
 inline StridedBox heads_box(const TensorShape& fused, std::int64_t parts, std::int64_t part,
                             std::int64_t heads) {
   CARTO_CHECK(fused.rank() == 3 && parts >= 1 && part >= 0 && part < parts && heads >= 1 &&
@@ -272,7 +274,7 @@ inline StridedBox heads_box(const TensorShape& fused, std::int64_t parts, std::i
               "heads_box of ", fused, " into ", parts, " parts of ", heads, " heads");
   const std::int64_t s = fused.dims()[1].extent, f = fused.dims()[2].extent;
   const std::int64_t d = f / (parts * heads);
-  return {.offset = part * heads * d, .strides = {s * f, d, f, 1}};
+  return {.offset = part * d, .strides = {s * f, parts * d, f, 1}};
 }
 
 // ---- the interface

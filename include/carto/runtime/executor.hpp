@@ -80,6 +80,12 @@ inline Index filled(std::size_t n, std::int64_t value) {
   for (std::size_t i = 0; i < n; ++i) out.push_back(value);
   return out;
 }
+// The extents of a shape, as an Index.
+inline Index extents_of(const TensorShape& shape) {
+  Index out;
+  for (const DimExtent& d : shape.dims()) out.push_back(d.extent);
+  return out;
+}
 }  // namespace exec_detail
 
 // An Allocator that records every allocation in a MemoryTracker and forwards to another allocator.
@@ -645,29 +651,23 @@ class Executor {
     // the input's gradient.
     const TensorShape& out = inverse ? x.shape() : y.shape;
     const TensorShape& in = inverse ? y.shape : x.shape();
-    const Index extents = [&] {
-      Index e;
-      for (const DimExtent& d : out.dims()) e.push_back(d.extent);
-      return e;
-    }();
+    const Index extents = exec_detail::extents_of(out);
     const StridedBox contiguous =
         box_of(out, {.offset = exec_detail::filled(out.rank(), 0), .extent = extents});
     StridedBox in_box;
     switch (op.view) {
       case ViewKind::split_heads: {
+        // Local shards keep whole heads (the fused dim is ordered per head), so the box of the
+        // local fused tensor is the local split.
         const std::int64_t heads = out.dims()[1].extent, d = out.dims()[3].extent;
-        const std::int64_t s = in.dims()[1].extent, f = in.dims()[2].extent;
-        const std::int64_t parts = f / (heads * d);
-        in_box = {.offset = static_cast<std::int64_t>(op.dim) * d,
-                  .strides = {s * f, parts * d, f, 1}};
+        in_box = heads_box(in, in.dims()[2].extent / (heads * d), static_cast<std::int64_t>(op.dim),
+                           heads);
         break;
       }
       case ViewKind::merge_heads: {
-        // out (B, S, a·d) from in (B, a, S, d): the box of `out` seen as (B, a, S, d).
-        const std::int64_t a = in.dims()[1].extent, s = in.dims()[2].extent,
-                           d = in.dims()[3].extent;
-        const StridedBox out_box{.offset = 0, .strides = {s * a * d, d, a * d, 1}};
-        const Index in_ext{in.dims()[0].extent, a, s, d};
+        // out (B, S, a·d) seen as (B, a, S, d) is heads_box(out, 1, 0, a); walk in's index space.
+        const Index in_ext = exec_detail::extents_of(in);
+        const StridedBox out_box = heads_box(out, 1, 0, in.dims()[1].extent);
         const StridedBox in_contig =
             box_of(in, {.offset = exec_detail::filled(4, 0), .extent = in_ext});
         if (!inverse) {
@@ -679,13 +679,8 @@ class Executor {
       }
       case ViewKind::transpose: {
         // out = in with the last two dims swapped: walk out's index space, read in transposed.
-        const StridedBox in_contig =
-            box_of(in, {.offset = exec_detail::filled(in.rank(), 0), .extent = [&] {
-                          Index e;
-                          for (const DimExtent& d : in.dims()) e.push_back(d.extent);
-                          return e;
-                        }()});
-        in_box = in_contig;
+        in_box = box_of(in, {.offset = exec_detail::filled(in.rank(), 0),
+                             .extent = exec_detail::extents_of(in)});
         std::swap(in_box.strides[in.rank() - 1], in_box.strides[in.rank() - 2]);
         break;
       }

@@ -895,21 +895,114 @@ class Dp {
     return n;
   }
 
-  // Every label of `outer` followed by every label of `internal`, as candidates into `dst`; each
-  // candidate's trace indexes `links`, where `link` gets the two parents.
-  void combine_all(std::vector<Label>& dst, const std::vector<Label>& outer,
-                   const std::vector<Label>& internal, Trace link, std::vector<Trace>& links) {
-    for (const Label& l : outer) {
-      for (const Label& i : internal) {
+  // Every label of `outer` followed by every label of `internal` (a memoized run), for one next
+  // state; `link` becomes the trace of each pair.
+  struct Job {
+    const std::vector<Label>* outer = nullptr;
+    const std::vector<Label>* internal = nullptr;
+    Trace link{};
+  };
+  using Jobs = std::unordered_map<State, std::vector<Job>, StateHash>;
+
+  static bool flat(const std::vector<Label>& labels) {
+    return std::all_of(labels.begin(), labels.end(),
+                       [](const Label& l) { return l.open_saved == 0 && l.open_temp == 0; });
+  }
+
+  // The Pareto-optimal pairs of every next state. Flat labels (no open checkpointed block) come
+  // out of pareto_filter sorted by (time, base, extra), so each outer label followed by the
+  // internal list is a sorted stream: a heap merges the streams in that order through the same
+  // staircase pareto_filter uses, without materializing or sorting the pairs. Others go through
+  // pareto_filter.
+  Frontier combine_jobs(const Jobs& jobs) {
+    Frontier out;
+    Frontier pending;
+    std::vector<Trace> links;
+    const double tolerance = m_.options().tolerance;
+    const std::int64_t budget = m_.options().memory_budget;
+    struct Cursor {
+      double time;
+      std::int64_t base;
+      std::int64_t extra;
+      std::uint32_t job;
+      std::uint32_t i;
+      std::uint32_t j;
+    };
+    auto later = [](const Cursor& x, const Cursor& y) {
+      if (x.time != y.time) return x.time > y.time;
+      if (x.base != y.base) return x.base > y.base;
+      return x.extra > y.extra;
+    };
+    std::vector<Cursor> heap;
+    for (const auto& [state, list] : jobs) {
+      const bool all_flat = std::all_of(list.begin(), list.end(), [](const Job& j) {
+        return flat(*j.outer) && flat(*j.internal);
+      });
+      if (!all_flat) {
+        std::vector<Label>& dst = pending[state];
+        for (const Job& job : list) {
+          Trace link = job.link;
+          for (const Label& l : *job.outer) {
+            for (const Label& i : *job.internal) {
+              Label n = combine(l, i);
+              n.trace = static_cast<std::int32_t>(links.size());
+              link.parent = l.trace;
+              link.sub = i.trace;
+              links.push_back(link);
+              dst.push_back(n);
+              ++labels_created_;
+            }
+          }
+        }
+        continue;
+      }
+      heap.clear();
+      auto cursor = [&](std::uint32_t job, std::uint32_t i, std::uint32_t j) {
+        const Label n = combine((*list[job].outer)[i], (*list[job].internal)[j]);
+        return Cursor{n.time, n.base, n.extra, job, i, j};
+      };
+      for (std::uint32_t job = 0; job < list.size(); ++job) {
+        if (list[job].internal->empty()) continue;
+        for (std::uint32_t i = 0; i < list[job].outer->size(); ++i)
+          heap.push_back(cursor(job, i, 0));
+      }
+      std::make_heap(heap.begin(), heap.end(), later);
+      std::map<std::int64_t, std::int64_t> stair;  // as in pareto_filter
+      std::vector<Label> kept;
+      auto slack = [tolerance](std::int64_t v) {
+        return tolerance == 0 ? v
+                              : v + static_cast<std::int64_t>(tolerance * static_cast<double>(v));
+      };
+      while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        const Cursor c = heap.back();
+        heap.pop_back();
+        ++labels_created_;
+        const Job& job = list[c.job];
+        if (c.j + 1 < job.internal->size()) {
+          heap.push_back(cursor(c.job, c.i, c.j + 1));
+          std::push_heap(heap.begin(), heap.end(), later);
+        }
+        const std::int64_t peak = c.base + c.extra;
+        if (peak > budget) continue;
+        auto it = stair.upper_bound(slack(c.base));
+        if (it != stair.begin() && std::prev(it)->second <= slack(peak)) continue;  // dominated
+        it = stair.lower_bound(c.base);
+        while (it != stair.end() && it->second >= peak) it = stair.erase(it);
+        stair[c.base] = peak;
+        const Label& l = (*job.outer)[c.i];
+        const Label& i = (*job.internal)[c.j];
         Label n = combine(l, i);
-        n.trace = static_cast<std::int32_t>(links.size());
+        Trace link = job.link;
         link.parent = l.trace;
         link.sub = i.trace;
-        links.push_back(link);
-        dst.push_back(n);
-        ++labels_created_;
+        n.trace = push_trace(link);
+        kept.push_back(n);
       }
+      if (!kept.empty()) out[state] = std::move(kept);
     }
+    for (auto& [state, labels] : filter_pending(pending, links)) out[state] = std::move(labels);
+    return out;
   }
 
   // Keeps the Pareto-optimal candidates of every state; candidates' `trace` indexes `links`.
@@ -933,8 +1026,7 @@ class Dp {
     const std::int32_t dt = x.value - block_input(first_block_).value;
     const std::int32_t ops_offset = g_.groups()[static_cast<std::size_t>(gi)].first_op -
                                     g_.groups()[static_cast<std::size_t>(first_block_)].first_op;
-    Frontier pending;
-    std::vector<Trace> links;
+    Jobs jobs;
     for (const auto& [state, labels] : in) {
       check_deadline();
       std::vector<Live> rest;
@@ -960,12 +1052,14 @@ class Dp {
             next.live.push_back(l);
           }
           sort_live(next.live);
-          combine_all(pending[next], labels, exit.labels,
-                      {.group = gi, .ops_offset = ops_offset, .checkpoint = ckpt}, links);
+          jobs[next].push_back(
+              {.outer = &labels,
+               .internal = &exit.labels,
+               .link = {.group = gi, .ops_offset = ops_offset, .checkpoint = ckpt}});
         }
       }
     }
-    return filter_pending(pending, links);
+    return combine_jobs(jobs);
   }
 
   // ---- memoized segments inside a block ----
@@ -1038,8 +1132,7 @@ class Dp {
   }
 
   Frontier apply_segment(std::int32_t a, std::int32_t e, const Frontier& in) {
-    Frontier pending;
-    std::vector<Trace> links;
+    Jobs jobs;
     for (const auto& [state, labels] : in) {
       check_deadline();
       // The open block's input bytes matter only when the block closes, after the segment.
@@ -1054,10 +1147,10 @@ class Dp {
                    .checkpoint_input = state.checkpoint_input};
         next.live.insert(next.live.end(), exit.live.begin(), exit.live.end());
         sort_live(next.live);
-        combine_all(pending[next], labels, exit.labels, {}, links);
+        jobs[next].push_back({.outer = &labels, .internal = &exit.labels});
       }
     }
-    return filter_pending(pending, links);
+    return combine_jobs(jobs);
   }
 
   // ---- traces and results ----

@@ -102,6 +102,7 @@ struct AssignmentCost {
   std::int64_t flops_forward = 0;
   std::int64_t flops_backward = 0;
   std::int64_t saved_bytes = 0;
+  std::vector<std::int64_t> saved_by_op{};  // what op k adds to its group's saved_bytes
   double forward_s = 0;
   double backward_s = 0;
   [[nodiscard]] double time_s() const { return forward_s + backward_s; }
@@ -134,7 +135,12 @@ class AssignmentWalk {
       result_.groups.push_back({.name = grp.name, .kind = grp.kind});
     ungrouped_ = result_.groups.size();
     stored_specs();
-    for (std::size_t k = 0; k < g_.num_ops(); ++k) visit(k);
+    result_.saved_by_op.assign(g_.num_ops(), 0);
+    for (std::size_t k = 0; k < g_.num_ops(); ++k) {
+      const std::int64_t before = group_of(k).saved_bytes;
+      visit(k);
+      result_.saved_by_op[k] = group_of(k).saved_bytes - before;
+    }
     for (const GroupCost& c : result_.groups) {
       result_.flops_forward += c.flops_forward;
       result_.flops_backward += c.flops_backward;

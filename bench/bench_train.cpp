@@ -1,0 +1,759 @@
+// Training steps of the demo model (examples/train_gpt's defaults: a char-level GPT of 2 layers,
+// hidden 64, 4 heads, context 64, vocabulary 84, 16 sequences per step, no dropout, fp32) on CPU
+// thread ranks, one benchmark per plan: 1 rank replicated; 2 ranks data-parallel; 4 ranks
+// Megatron (dp=2, tp=2) and its ZeRO-1 and checkpointed variants; 4 ranks the plan the DP search
+// picks on a 2x2 mesh. Each prints beside the measured step time the time the cost model predicts
+// for the plan under hardware::cpu() (this machine's calibrated profile, bench/bench_calibrate),
+// the ratio measured / predicted, and how much of the step went into GEMMs and at what rate,
+// against OpenBLAS's own rate on the same GEMMs measured in the same run.
+//
+// Timing design. Google Benchmark's loop must run on one thread, and a Trainer step is a
+// collective of every rank. A benchmark calls run_threads once; every rank builds its backend,
+// communicators and Trainer, runs kWarmupSteps untimed steps, and meets the others at a barrier.
+// Rank 0 runs on the calling thread, so it alone drives `for (auto _ : state)`, one Trainer::step
+// per iteration; the other ranks run the same number of steps, read from state.max_iterations
+// before the threads start (the benchmarks fix it with Iterations, so each runs its set-up once).
+// The steps synchronize the ranks (gradient reductions, activation collectives), so rank 0's wall
+// time per iteration is the step time of the whole mesh; UseRealTime reports it. Set-up, warm-up
+// and thread start are outside the timed loop.
+//
+// GEMM share. Each rank's backend is a TimedBackend: a Backend that forwards every kernel to a
+// cpu::CpuBackend and adds up, per kernel, the wall time and the thread CPU time spent inside it,
+// and the FLOPs of gemm (2·m·n·k per batch entry). gemm_share is Σ_ranks GEMM wall seconds /
+// Σ_ranks step wall seconds; kernel_share the same for every kernel; the rest of the step is
+// communication, waiting for other ranks or for a core, and the executor's host work. Rates are
+// per second of thread CPU time, so that a thread the machine preempts inside a GEMM does not
+// count as a slow GEMM: gemm_GF/s is the rate inside the steps (per rank, one thread each);
+// blas_GF/s is OpenBLAS's rate on exactly the GEMMs of one step of rank 0, each distinct call
+// replayed alone through a fresh CPU backend on one thread after the ranks have finished (best of
+// five batches) and weighted by how often the step makes it; gemm/blas is their ratio.
+// BM_OpenBlasSgemm adds cblas_sgemm alone at the demo's largest GEMM.
+//
+// Predictions and CPU time. pred_s is the plan's step time under hardware::cpu() (describe_plan,
+// DropoutMasks::regenerated as the runtime does); pred_compute_s its compute part, beside
+// kernel_cpu_s, the CPU seconds per step a rank spends in kernels. The profile prices every rank
+// as if it had a core of its own; pred_shared_s prices the plan again with the compute rate and
+// memory bandwidth divided among the ranks that share a core (cpu_shared_by). cpu_busy is the
+// mean over ranks of a rank's thread CPU time over its wall time in the timed loop; cpu/pred is
+// the busiest rank's CPU seconds per step over pred_s: what the step would take if each rank had
+// a core and never waited. After the benchmarks the program prints every plan's figures as
+// Markdown tables (the run of median step time with --benchmark_repetitions), and every kernel's
+// CPU time per step.
+//
+// The machine this was written on has 2 cores shared with other builds: its wall-time figures are
+// lower bounds on what the runtime does on idle cores (docs/runtime-performance.md).
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <time.h>
+
+#include <algorithm>
+#include <carto/cost/hardware.hpp>
+#include <carto/layers/gpt.hpp>
+#include <carto/runtime/thread_comm.hpp>
+#include <carto/runtime/trainer.hpp>
+#include <carto/search/dp.hpp>
+#include <carto/search/plan.hpp>
+#include <carto/spec/text.hpp>
+#include <chrono>
+#include <cpu/cpu_backend.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "runtime/executor_cases.hpp"
+#include "support/megatron_plan.hpp"
+
+namespace {
+
+using namespace carto;
+using Clock = std::chrono::steady_clock;
+
+// examples/train_gpt's defaults; 84 is the vocabulary of its default text (the license texts).
+constexpr GptConfig kDemo{
+    .name = "char-gpt", .layers = 2, .hidden = 64, .heads = 4, .vocab = 84, .seq = 64};
+constexpr std::int64_t kBatch = 16;  // sequences per step, all micro-batches together
+constexpr int kWarmupSteps = 2;
+constexpr int kTimedSteps = 30;
+constexpr int kDistinctBatches = 4;
+
+Graph demo_graph(std::int64_t micro_batch) {
+  return build_gpt(kDemo, {.batch = micro_batch, .precision = Precision::fp32, .dropout = 0.0});
+}
+
+// kBatch windows of seq + 1 random characters: ids are a window's first seq, targets its last seq
+// (next-character prediction, as the demo's batches are made from its text).
+TokenBatch random_windows(std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(kDemo.vocab) - 1);
+  TokenBatch out{.batch = kBatch, .seq = kDemo.seq};
+  std::vector<std::int32_t> window(static_cast<std::size_t>(kDemo.seq + 1));
+  for (std::int64_t row = 0; row < kBatch; ++row) {
+    for (std::int32_t& t : window) t = token(gen);
+    out.ids.insert(out.ids.end(), window.begin(), window.end() - 1);
+    out.targets.insert(out.targets.end(), window.begin() + 1, window.end());
+  }
+  return out;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// ---- a Backend that times the CPU backend's kernels -------------------------------------------
+
+// One distinct GEMM call of a step and how often the step makes it.
+struct GemmCall {
+  TensorShape a, b, c;
+  GemmArgs args{};
+  std::int64_t count = 0;
+  double flops = 0;  // per call
+};
+
+// What one rank's TimedBackend measured over the timed steps.
+struct RankTimes {
+  double gemm_s = 0;      // wall
+  double gemm_cpu_s = 0;  // this thread's CPU time
+  double gemm_flops = 0;
+  double other_kernel_s = 0;                        // wall
+  double other_kernel_cpu_s = 0;                    // this thread's CPU time
+  double wall_s = 0;                                // the timed loop
+  double cpu_s = 0;                                 // this rank's thread CPU time in the timed loop
+  std::map<std::string_view, double> kernel_cpu_s;  // CPU seconds by kernel
+  std::map<std::string, GemmCall> calls;            // recorded during one warm-up step
+};
+
+// 2·m·n·k per entry of c's batch: c (batch..., m, n), k from a (..., m, k) or (..., k, m).
+double gemm_flops(const TensorShape& a, const TensorShape& c, const GemmArgs& args) {
+  const std::size_t ra = a.rank(), rc = c.rank();
+  const double m = static_cast<double>(c.dims()[rc - 2].extent);
+  const double n = static_cast<double>(c.dims()[rc - 1].extent);
+  const double k = static_cast<double>(a.dims()[args.a == Transpose::no ? ra - 1 : ra - 2].extent);
+  return 2.0 * static_cast<double>(c.numel()) / (m * n) * m * n * k;
+}
+
+class TimedBackend final : public Backend {
+ public:
+  TimedBackend(Backend& inner, RankTimes& times) : inner_(inner), times_(times) {}
+
+  void record_calls(bool on) { record_ = on; }
+  void reset_times() {
+    times_.gemm_s = 0;
+    times_.gemm_cpu_s = 0;
+    times_.gemm_flops = 0;
+    times_.other_kernel_s = 0;
+    times_.other_kernel_cpu_s = 0;
+    times_.kernel_cpu_s.clear();
+  }
+
+  [[nodiscard]] std::string_view name() const override { return inner_.name(); }
+  Allocator& device_allocator() override { return inner_.device_allocator(); }
+  void synchronize() override { inner_.synchronize(); }
+  void copy_from_host(const void* host, TensorView dst) override {
+    timed("copy_from_host", [&](Backend& b) { b.copy_from_host(host, dst); });
+  }
+  void copy_to_host(ConstTensorView src, void* host) override {
+    timed("copy_to_host", [&](Backend& b) { b.copy_to_host(src, host); });
+  }
+  void fill(TensorView x, float value) override {
+    timed("fill", [&](Backend& b) { b.fill(x, value); });
+  }
+  void fill_normal(TensorView x, float stddev, RngStream rng,
+                   const ShardPlacement& placement) override {
+    timed("fill_normal", [&](Backend& b) { b.fill_normal(x, stddev, rng, placement); });
+  }
+  void copy_strided(ConstTensorView src, const StridedBox& from, TensorView dst,
+                    const StridedBox& to, const Index& extents, CopyMode mode) override {
+    timed("copy_strided", [&](Backend& b) { b.copy_strided(src, from, dst, to, extents, mode); });
+  }
+
+  void gemm(ConstTensorView a, ConstTensorView b, TensorView c, const GemmArgs& args) override {
+    Backend& in = inner();
+    const double flops = gemm_flops(a.shape(), c.shape, args);
+    const double cpu_start = thread_cpu_seconds();
+    const auto start = Clock::now();
+    in.gemm(a, b, c, args);
+    times_.gemm_s += seconds_since(start);
+    const double cpu = thread_cpu_seconds() - cpu_start;
+    times_.gemm_cpu_s += cpu;
+    times_.kernel_cpu_s["gemm"] += cpu;
+    times_.gemm_flops += flops;
+    if (record_) {
+      std::ostringstream key;
+      key << a.shape() << (args.a == Transpose::yes ? "T" : "") << " x " << b.shape()
+          << (args.b == Transpose::yes ? "T" : "") << " -> " << c.shape << " a" << args.alpha
+          << " b" << args.beta;
+      GemmCall& call = times_.calls[key.str()];
+      if (call.count == 0) call = {.a = a.shape(), .b = b.shape(), .c = c.shape, .args = args};
+      call.flops = flops;
+      ++call.count;
+    }
+  }
+
+  void layernorm_forward(ConstTensorView x, ConstTensorView gamma, ConstTensorView beta,
+                         TensorView y, TensorView mean, TensorView rstd,
+                         const LayerNormArgs& args) override {
+    timed("layernorm_forward",
+          [&](Backend& b) { b.layernorm_forward(x, gamma, beta, y, mean, rstd, args); });
+  }
+  void layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                          ConstTensorView mean, ConstTensorView rstd, TensorView dx,
+                          TensorView dgamma, TensorView dbeta) override {
+    timed("layernorm_backward",
+          [&](Backend& b) { b.layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta); });
+  }
+  void layernorm_partial_sums(ConstTensorView x, TensorView sums) override {
+    timed("layernorm_partial_sums", [&](Backend& b) { b.layernorm_partial_sums(x, sums); });
+  }
+  void layernorm_apply(ConstTensorView x, ConstTensorView sums, std::int64_t global_columns,
+                       ConstTensorView gamma, ConstTensorView beta, TensorView y, TensorView mean,
+                       TensorView rstd, const LayerNormArgs& args) override {
+    timed("layernorm_apply", [&](Backend& b) {
+      b.layernorm_apply(x, sums, global_columns, gamma, beta, y, mean, rstd, args);
+    });
+  }
+  void layernorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                                       ConstTensorView mean, ConstTensorView rstd,
+                                       TensorView sums) override {
+    timed("layernorm_backward_partial_sums",
+          [&](Backend& b) { b.layernorm_backward_partial_sums(dy, x, gamma, mean, rstd, sums); });
+  }
+  void layernorm_backward_apply(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                                ConstTensorView mean, ConstTensorView rstd, ConstTensorView sums,
+                                std::int64_t global_columns, TensorView dx, TensorView dgamma,
+                                TensorView dbeta) override {
+    timed("layernorm_backward_apply", [&](Backend& b) {
+      b.layernorm_backward_apply(dy, x, gamma, mean, rstd, sums, global_columns, dx, dgamma, dbeta);
+    });
+  }
+
+  void softmax_forward(ConstTensorView x, TensorView y, const SoftmaxArgs& args) override {
+    timed("softmax_forward", [&](Backend& b) { b.softmax_forward(x, y, args); });
+  }
+  void softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
+                        const SoftmaxArgs& args) override {
+    timed("softmax_backward", [&](Backend& b) { b.softmax_backward(y, dy, dx, args); });
+  }
+  void attention_forward(ConstTensorView q, ConstTensorView k, ConstTensorView v, TensorView out,
+                         TensorView logsumexp, const AttentionArgs& args) override {
+    timed("attention_forward",
+          [&](Backend& b) { b.attention_forward(q, k, v, out, logsumexp, args); });
+  }
+  void attention_backward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                          ConstTensorView out, ConstTensorView logsumexp, ConstTensorView dout,
+                          TensorView dq, TensorView dk, TensorView dv,
+                          const AttentionArgs& args) override {
+    timed("attention_backward", [&](Backend& b) {
+      b.attention_backward(q, k, v, out, logsumexp, dout, dq, dk, dv, args);
+    });
+  }
+
+  void gelu_forward(ConstTensorView x, TensorView y) override {
+    timed("gelu_forward", [&](Backend& b) { b.gelu_forward(x, y); });
+  }
+  void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) override {
+    timed("gelu_backward", [&](Backend& b) { b.gelu_backward(x, dy, dx); });
+  }
+  void dropout_forward(ConstTensorView x, TensorView y, const DropoutArgs& args) override {
+    timed("dropout_forward", [&](Backend& b) { b.dropout_forward(x, y, args); });
+  }
+  void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args) override {
+    timed("dropout_backward", [&](Backend& b) { b.dropout_backward(dy, dx, args); });
+  }
+  void add(ConstTensorView a, ConstTensorView b, TensorView y) override {
+    timed("add", [&](Backend& be) { be.add(a, b, y); });
+  }
+  void scale(ConstTensorView x, float factor, TensorView y) override {
+    timed("scale", [&](Backend& b) { b.scale(x, factor, y); });
+  }
+  void add_scaled(ConstTensorView x, float factor, TensorView y) override {
+    timed("add_scaled", [&](Backend& b) { b.add_scaled(x, factor, y); });
+  }
+  void bias_forward(ConstTensorView x, ConstTensorView bias, TensorView y) override {
+    timed("bias_forward", [&](Backend& b) { b.bias_forward(x, bias, y); });
+  }
+  void bias_backward(ConstTensorView dy, TensorView db) override {
+    timed("bias_backward", [&](Backend& b) { b.bias_backward(dy, db); });
+  }
+
+  void embedding_forward(ConstTensorView table, IndexView ids, TensorView out,
+                         const EmbeddingShard& shard) override {
+    timed("embedding_forward", [&](Backend& b) { b.embedding_forward(table, ids, out, shard); });
+  }
+  void embedding_backward(ConstTensorView dout, IndexView ids, TensorView dtable,
+                          const EmbeddingShard& shard) override {
+    timed("embedding_backward",
+          [&](Backend& b) { b.embedding_backward(dout, ids, dtable, shard); });
+  }
+
+  void cross_entropy_forward(ConstTensorView logits, IndexView targets, TensorView loss,
+                             TensorView logsumexp, const CrossEntropyArgs& args) override {
+    timed("cross_entropy_forward",
+          [&](Backend& b) { b.cross_entropy_forward(logits, targets, loss, logsumexp, args); });
+  }
+  void cross_entropy_row_max(ConstTensorView logits, TensorView row_max) override {
+    timed("cross_entropy_row_max", [&](Backend& b) { b.cross_entropy_row_max(logits, row_max); });
+  }
+  void cross_entropy_sum_exp(ConstTensorView logits, ConstTensorView row_max,
+                             TensorView sum_exp) override {
+    timed("cross_entropy_sum_exp",
+          [&](Backend& b) { b.cross_entropy_sum_exp(logits, row_max, sum_exp); });
+  }
+  void cross_entropy_target_logit(ConstTensorView logits, IndexView targets,
+                                  TensorView target_logit, const CrossEntropyArgs& args) override {
+    timed("cross_entropy_target_logit",
+          [&](Backend& b) { b.cross_entropy_target_logit(logits, targets, target_logit, args); });
+  }
+  void cross_entropy_loss(ConstTensorView row_max, ConstTensorView sum_exp,
+                          ConstTensorView target_logit, TensorView loss, TensorView logsumexp,
+                          const CrossEntropyArgs& args) override {
+    timed("cross_entropy_loss", [&](Backend& b) {
+      b.cross_entropy_loss(row_max, sum_exp, target_logit, loss, logsumexp, args);
+    });
+  }
+  void cross_entropy_backward(ConstTensorView logits, IndexView targets, ConstTensorView logsumexp,
+                              ConstTensorView dloss, TensorView dlogits,
+                              const CrossEntropyArgs& args) override {
+    timed("cross_entropy_backward", [&](Backend& b) {
+      b.cross_entropy_backward(logits, targets, logsumexp, dloss, dlogits, args);
+    });
+  }
+
+  void adamw_update(TensorView param, ConstTensorView grad, TensorView m, TensorView v,
+                    const AdamWArgs& args) override {
+    timed("adamw_update", [&](Backend& b) { b.adamw_update(param, grad, m, v, args); });
+  }
+
+ private:
+  // The inner backend, allocating through the allocator installed on this one (the Trainer's
+  // memory tracker), so that its workspace is counted as it would be without the decorator.
+  Backend& inner() {
+    inner_.use_allocator(&allocator());
+    return inner_;
+  }
+  template <class Kernel>
+  void timed(std::string_view name, Kernel&& kernel) {
+    Backend& in = inner();
+    const double cpu_start = thread_cpu_seconds();
+    const auto start = Clock::now();
+    kernel(in);
+    times_.other_kernel_s += seconds_since(start);
+    const double cpu = thread_cpu_seconds() - cpu_start;
+    times_.other_kernel_cpu_s += cpu;
+    times_.kernel_cpu_s[name] += cpu;
+  }
+
+  Backend& inner_;
+  RankTimes& times_;
+  bool record_ = false;
+};
+
+// OpenBLAS alone on one step's GEMMs: each distinct call replayed through a fresh CPU backend on
+// the calling thread, kReplayBatches batches of at least kReplaySeconds of thread CPU time each,
+// the fastest batch kept (other processes on the machine only ever slow a batch down), weighted by
+// how often the step makes the call. Returns FLOP per CPU second.
+double replay_gemm_rate(const std::map<std::string, GemmCall>& calls) {
+  constexpr double kReplaySeconds = 0.004;
+  constexpr int kReplayBatches = 5;
+  cpu::CpuBackend backend;
+  double flops = 0, seconds = 0;
+  std::uint32_t stream = 0;
+  auto make = [&](const TensorShape& shape) {
+    Buffer buf = backend.allocate(shape, DType::fp32, MemoryCategory::temporaries);
+    backend.fill_normal(buf.view(shape), 1.0f,
+                        {.seed = 7, .id = stream_id(RngPurpose::test, stream++, 0)}, {});
+    return buf;
+  };
+  for (const auto& [key, call] : calls) {
+    const Buffer a = make(call.a), b = make(call.b), c = make(call.c);
+    const ConstTensorView av = a.view(call.a), bv = b.view(call.b);
+    const TensorView cv = c.view(call.c);
+    backend.gemm(av, bv, cv, call.args);                    // warm: caches, OpenBLAS buffers
+    double best = std::numeric_limits<double>::infinity();  // seconds per call
+    for (int batch = 0; batch < kReplayBatches; ++batch) {
+      std::int64_t runs = 0;
+      const double start = thread_cpu_seconds();
+      double elapsed = 0;
+      do {
+        backend.gemm(av, bv, cv, call.args);
+        ++runs;
+        elapsed = thread_cpu_seconds() - start;
+      } while (elapsed < kReplaySeconds || runs < 3);
+      best = std::min(best, elapsed / static_cast<double>(runs));
+    }
+    benchmark::DoNotOptimize(c.data());
+    flops += static_cast<double>(call.count) * call.flops;
+    seconds += static_cast<double>(call.count) * best;
+  }
+  return seconds > 0 ? flops / seconds : 0;
+}
+
+// ---- the plans ---------------------------------------------------------------------------------
+
+struct PlanCase {
+  Graph graph;  // one micro-batch
+  Plan plan;    // with the predicted step time and its breakdown under hardware::cpu()
+  DpOptions options{};
+  DpPoint point{};
+  std::string note{};
+};
+
+// hardware::cpu() with its compute rate and memory bandwidth divided among the ranks that share
+// each core: what a rank gets when `ranks` thread ranks run on `cores` cores (no change when every
+// rank has a core). The thread links are left alone: their cost is mostly latency.
+HardwareProfile cpu_shared_by(int ranks, unsigned cores) {
+  HardwareProfile hw = hardware::cpu();
+  const double share = std::min(1.0, static_cast<double>(std::max(1U, cores)) / ranks);
+  hw.name = "cpu-shared";
+  hw.peak_flops.fp32 *= share;
+  hw.peak_flops.bf16 *= share;
+  hw.peak_flops.fp16 *= share;
+  hw.memory_bandwidth *= share;
+  return hw;
+}
+
+// The runtime computes in fp32 and draws dropout masks again in backward.
+DpOptions runtime_options(int zero_stage = 0) {
+  return {.precision = Precision::fp32,
+          .dropout_masks = DropoutMasks::regenerated,
+          .zero_stage = zero_stage};
+}
+
+// A plan from strategy indices, priced by the cost model (describe_plan fills the breakdowns).
+PlanCase indexed_case(const DeviceMesh& mesh, std::vector<std::size_t> strategy, int zero_stage,
+                      bool checkpoint_blocks, const Graph& g) {
+  const DpOptions options = runtime_options(zero_stage);
+  DpPoint point{.strategy = std::move(strategy), .checkpointed = {}};
+  for (const OpGroup& grp : g.groups())
+    point.checkpointed.push_back(checkpoint_blocks && grp.kind == GroupKind::transformer_block);
+  PlanCase c{.graph = g, .plan = {}, .options = options, .point = point};
+  detail::describe_plan(c.plan, g, mesh, hardware::cpu(), options, point);
+  return c;
+}
+
+// Data parallelism over every axis of `mesh`: activations (and token ids) split along their first
+// (batch) dim, parameters replicated, the plain variant of every op.
+std::vector<std::size_t> data_parallel_indices(const Graph& g, const DeviceMesh& mesh) {
+  AxisList all;
+  for (const MeshAxis& a : mesh.axes()) all.push_back(a.name);
+  std::vector<std::size_t> out;
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    const OpId id{static_cast<std::int32_t>(k)};
+    const Op& op = g.op(id);
+    std::vector<ShardingSpec> want;
+    for (const TensorId t : op.inputs) {
+      const TensorInfo& info = g.tensor(t);
+      ShardingSpec s;
+      for (std::size_t d = 0; d < info.shape.rank(); ++d)
+        s.add_dim(d == 0 && info.kind != TensorKind::parameter ? all : AxisList{});
+      want.push_back(s);
+    }
+    const std::vector<Strategy> strategies =
+        enumerate_strategies(g, id, mesh, {.precision = Precision::fp32});
+    std::size_t chosen = strategies.size();
+    for (std::size_t i = 0; i < strategies.size() && chosen == strategies.size(); ++i) {
+      const auto& inputs = strategies[i].sharding.inputs;
+      bool match =
+          strategies[i].sharding.variant == OpVariant::plain && inputs.size() == want.size();
+      for (std::size_t j = 0; match && j < want.size(); ++j) match = inputs[j] == want[j];
+      if (match) chosen = i;
+    }
+    if (chosen == strategies.size())
+      detail::fail("bench_train: op ", k, " has no data-parallel strategy on mesh ", mesh);
+    out.push_back(chosen);
+  }
+  return out;
+}
+
+PlanCase replicated_case() {
+  const Graph g = demo_graph(kBatch);
+  const DeviceMesh mesh = parse_mesh("1");
+  return indexed_case(mesh, testing::replicated_strategies(g, mesh), 0, false, g);
+}
+
+PlanCase data_parallel_case() {
+  const Graph g = demo_graph(kBatch);
+  const DeviceMesh mesh = parse_mesh("dp=2");
+  return indexed_case(mesh, data_parallel_indices(g, mesh), 0, false, g);
+}
+
+PlanCase megatron_case(int zero_stage, bool checkpoint_blocks) {
+  const Graph g = demo_graph(kBatch);
+  const DeviceMesh mesh = parse_mesh("dp=2,tp=2");
+  return indexed_case(
+      mesh,
+      testing::megatron_strategy_indices(g, mesh, kDemo.hidden, testing::SequenceParallel::off),
+      zero_stage, checkpoint_blocks, g);
+}
+
+// The fastest point of the DP's frontier on a 2x2 mesh (ZeRO 0, one micro-batch), searched with
+// the demo's default pruning tolerance: an exact search of this model on a 2-D mesh takes minutes
+// and gigabytes (docs/demo.md).
+PlanCase searched_case() {
+  constexpr double kTolerance = 0.05;
+  const Graph g = demo_graph(kBatch);
+  const DeviceMesh mesh = parse_mesh("2x2");
+  DpOptions options = runtime_options();
+  options.tolerance = kTolerance;
+  const auto start = Clock::now();
+  const DpResult r = dp_frontier(g, mesh, hardware::cpu(), options);
+  if (r.frontier.empty()) detail::fail("bench_train: the search found no plan on mesh ", mesh);
+  PlanCase c{.graph = g, .plan = {}, .options = options, .point = r.frontier.front()};
+  detail::describe_plan(c.plan, g, mesh, hardware::cpu(), options, c.point);
+  c.note = detail::concat("searched in ", seconds_since(start), " s, tolerance ", kTolerance, ", ",
+                          r.frontier.size(), " frontier points");
+  return c;
+}
+
+// ---- the benchmarks ----------------------------------------------------------------------------
+
+struct Row {
+  std::string name;
+  int ranks = 0;
+  double measured_s = 0;          // wall seconds per step
+  double predicted_s = 0;         // the cost model's step time under hardware::cpu()
+  double predicted_shared_s = 0;  // the same with the cores shared (cpu_shared_by)
+  double busiest_cpu_s = 0;       // the busiest rank's thread CPU seconds per step
+  double kernel_cpu_s = 0;        // rank mean: CPU seconds per step inside kernels
+  double gemm_cpu_s = 0;          // rank mean: CPU seconds per step inside GEMMs
+  double gemm_profile_s = 0;      // rank mean: the GEMMs' FLOPs at the profile's fp32 rate
+  double predicted_compute_s = 0;
+  double gemm_share = 0, kernel_share = 0;  // of the ranks' wall time
+  double gemm_rate = 0, blas_rate = 0;      // FLOP per thread CPU second
+  double cpu_busy = 0;
+  std::map<std::string_view, double> kernel_ms;  // rank mean CPU ms per step, by kernel
+};
+std::vector<Row> g_rows;
+
+void BM_TrainStep(benchmark::State& state, const std::string& name,
+                  const std::function<PlanCase()>& make_case) {
+  std::optional<PlanCase> made;
+  try {
+    made = make_case();
+  } catch (const Error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const PlanCase& c = *made;
+  const Plan& plan = c.plan;
+  const int ranks = static_cast<int>(plan.mesh.num_devices());
+  const auto steps = static_cast<std::int64_t>(state.max_iterations);
+  std::vector<TokenBatch> batches;
+  for (int i = 0; i < kDistinctBatches; ++i) batches.push_back(random_windows(100U + i));
+  std::vector<RankTimes> times(static_cast<std::size_t>(ranks));
+  double loss = 0;
+  try {
+    run_threads(ranks, [&](Communicator& world) {
+      RankTimes& mine = times[static_cast<std::size_t>(world.rank())];
+      cpu::CpuBackend cpu_backend;
+      TimedBackend backend(cpu_backend, mine);
+      MeshComms comms(world, plan.mesh);
+      // The Executor keeps a reference to the profile: it must outlive the Trainer.
+      const HardwareProfile hw = hardware::cpu();
+      Trainer trainer(c.graph, plan, backend, comms, hw, {.seed = 1});
+      for (int s = 0; s < kWarmupSteps; ++s) {
+        backend.record_calls(s == kWarmupSteps - 1);
+        trainer.step(batches[static_cast<std::size_t>(s % kDistinctBatches)]);
+      }
+      backend.record_calls(false);
+      backend.reset_times();
+      world.barrier().wait();
+      const auto start = Clock::now();
+      const double cpu_start = thread_cpu_seconds();
+      std::int64_t s = 0;
+      if (world.rank() == 0) {
+        for (auto _ : state) {
+          loss = trainer.step(batches[static_cast<std::size_t>(s++ % kDistinctBatches)]);
+        }
+      } else {
+        for (; s < steps; ++s)
+          trainer.step(batches[static_cast<std::size_t>(s % kDistinctBatches)]);
+      }
+      mine.wall_s = seconds_since(start);
+      mine.cpu_s = thread_cpu_seconds() - cpu_start;
+    });
+  } catch (const Error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+
+  Row row;
+  row.name = name;
+  row.ranks = ranks;
+  const double n = static_cast<double>(steps);
+  const double rank_steps = static_cast<double>(ranks) * n;
+  double gemm_s = 0, gemm_cpu_s = 0, gemm_flops = 0, kernel_s = 0, kernel_cpu_s = 0, wall_s = 0,
+         cpu_s = 0;
+  for (const RankTimes& t : times) {
+    gemm_s += t.gemm_s;
+    gemm_cpu_s += t.gemm_cpu_s;
+    gemm_flops += t.gemm_flops;
+    kernel_s += t.gemm_s + t.other_kernel_s;
+    kernel_cpu_s += t.gemm_cpu_s + t.other_kernel_cpu_s;
+    wall_s += t.wall_s;
+    cpu_s += t.cpu_s;
+    row.busiest_cpu_s = std::max(row.busiest_cpu_s, t.cpu_s / n);
+    for (const auto& [kernel, seconds] : t.kernel_cpu_s)
+      row.kernel_ms[kernel] += seconds * 1e3 / (static_cast<double>(ranks) * n);
+  }
+  row.measured_s = times[0].wall_s / n;
+  row.predicted_s = plan.step_time_s;
+  {
+    Plan shared;
+    detail::describe_plan(shared, c.graph, plan.mesh,
+                          cpu_shared_by(ranks, std::thread::hardware_concurrency()), c.options,
+                          c.point);
+    row.predicted_shared_s = shared.step_time_s;
+  }
+  const auto compute = plan.time_breakdown.find("compute");
+  row.predicted_compute_s = compute == plan.time_breakdown.end() ? 0 : compute->second;
+  row.kernel_cpu_s = kernel_cpu_s / rank_steps;
+  row.gemm_cpu_s = gemm_cpu_s / rank_steps;
+  row.gemm_profile_s = gemm_flops / rank_steps / hardware::cpu().peak_flops.fp32;
+  row.gemm_share = gemm_s / wall_s;
+  row.kernel_share = kernel_s / wall_s;
+  row.gemm_rate = gemm_cpu_s > 0 ? gemm_flops / gemm_cpu_s : 0;
+  row.blas_rate = replay_gemm_rate(times[0].calls);
+  row.cpu_busy = cpu_s / wall_s;
+
+  auto& k = state.counters;
+  k["step_s"] = row.measured_s;
+  k["pred_s"] = row.predicted_s;
+  k["meas/pred"] = row.measured_s / row.predicted_s;
+  k["pred_shared_s"] = row.predicted_shared_s;
+  k["meas/pred_shared"] = row.measured_s / row.predicted_shared_s;
+  k["cpu/pred"] = row.busiest_cpu_s / row.predicted_s;
+  k["tok/s"] = static_cast<double>(kBatch * kDemo.seq) / row.measured_s;
+  k["kernel_cpu_s"] = row.kernel_cpu_s;
+  k["pred_compute_s"] = row.predicted_compute_s;
+  k["kernel_share"] = row.kernel_share;
+  k["gemm_share"] = row.gemm_share;
+  k["gemm_GF/s"] = row.gemm_rate * 1e-9;
+  k["blas_GF/s"] = row.blas_rate * 1e-9;
+  k["gemm/blas"] = row.blas_rate > 0 ? row.gemm_rate / row.blas_rate : 0;
+  k["cpu_busy"] = row.cpu_busy;
+  k["loss"] = loss;
+  state.SetLabel(
+      detail::concat(plan.mesh, " zero ", plan.zero_stage, c.note.empty() ? "" : "; ", c.note));
+  g_rows.push_back(row);
+}
+
+// cblas_sgemm alone on one thread at the demo's largest GEMM on one rank: the MLP's first linear,
+// (16·64 tokens, 64) · (64, 256).
+void BM_OpenBlasSgemm(benchmark::State& state) {
+  openblas_set_num_threads(1);
+  const int m = static_cast<int>(state.range(0)), n = static_cast<int>(state.range(1)),
+            k = static_cast<int>(state.range(2));
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(static_cast<std::size_t>(m) * k), b(static_cast<std::size_t>(k) * n),
+      c(static_cast<std::size_t>(m) * n);
+  for (float& x : a) x = dist(gen);
+  for (float& x : b) x = dist(gen);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n,
+                0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * m * n * static_cast<double>(k),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["profile_GF/s"] = hardware::cpu().peak_flops.fp32 * 1e-9;
+}
+BENCHMARK(BM_OpenBlasSgemm)
+    ->Args({kBatch * kDemo.seq, 4 * kDemo.hidden, kDemo.hidden})
+    ->Unit(benchmark::kMicrosecond);
+
+void register_train(const std::string& name, std::function<PlanCase()> make_case) {
+  benchmark::RegisterBenchmark(
+      ("BM_TrainStep/" + name).c_str(),
+      [name, make_case](benchmark::State& state) { BM_TrainStep(state, name, make_case); })
+      ->Iterations(kTimedSteps)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+// The figures of every benchmark that ran, as Markdown tables (docs/runtime-performance.md); with
+// --benchmark_repetitions, each plan's run of median measured step time.
+void print_tables() {
+  std::vector<Row> rows;
+  for (const Row& r : g_rows) {
+    if (std::any_of(rows.begin(), rows.end(), [&](const Row& o) { return o.name == r.name; }))
+      continue;
+    std::vector<Row> runs;
+    for (const Row& o : g_rows)
+      if (o.name == r.name) runs.push_back(o);
+    std::sort(runs.begin(), runs.end(),
+              [](const Row& a, const Row& b) { return a.measured_s < b.measured_s; });
+    rows.push_back(runs[(runs.size() - 1) / 2]);
+  }
+  if (rows.empty()) return;
+  std::printf(
+      "\nstep time per plan (ms per step; CPU: thread CPU time)\n"
+      "| plan | ranks | measured | predicted | measured/predicted | predicted, cores shared | "
+      "measured/that | busiest rank CPU | CPU/predicted | CPU busy | tokens/s |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %d | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.2f | %.0f |\n",
+                r.name.c_str(), r.ranks, r.measured_s * 1e3, r.predicted_s * 1e3,
+                r.measured_s / r.predicted_s, r.predicted_shared_s * 1e3,
+                r.measured_s / r.predicted_shared_s, r.busiest_cpu_s * 1e3,
+                r.busiest_cpu_s / r.predicted_s, r.cpu_busy,
+                static_cast<double>(kBatch * kDemo.seq) / r.measured_s);
+  }
+  std::printf(
+      "\nwhere a rank's time goes (ms per step, rank mean; GFLOP/s per thread CPU second)\n"
+      "| plan | kernels CPU | predicted compute | GEMM CPU | GEMM at profile rate | GEMM share "
+      "of wall | kernel share of wall | GEMM GFLOP/s in steps | OpenBLAS alone | ratio |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f | %.1f | %.2f |\n",
+                r.name.c_str(), r.kernel_cpu_s * 1e3, r.predicted_compute_s * 1e3,
+                r.gemm_cpu_s * 1e3, r.gemm_profile_s * 1e3, r.gemm_share, r.kernel_share,
+                r.gemm_rate * 1e-9, r.blas_rate * 1e-9,
+                r.blas_rate > 0 ? r.gemm_rate / r.blas_rate : 0);
+  }
+  std::printf("\nkernels by CPU time (ms per step, rank mean; those over 0.1 ms)\n");
+  for (const Row& r : rows) {
+    std::vector<std::pair<double, std::string_view>> by_time;
+    for (const auto& [kernel, ms] : r.kernel_ms) by_time.emplace_back(ms, kernel);
+    std::sort(by_time.rbegin(), by_time.rend());
+    std::printf("%s:", r.name.c_str());
+    for (const auto& [ms, kernel] : by_time)
+      if (ms >= 0.1) std::printf(" %.*s %.1f", static_cast<int>(kernel.size()), kernel.data(), ms);
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_train("replicated_1rank", replicated_case);
+  register_train("data_parallel_2ranks", data_parallel_case);
+  register_train("megatron_dp2_tp2", [] { return megatron_case(0, false); });
+  register_train("megatron_dp2_tp2_zero1", [] { return megatron_case(1, false); });
+  register_train("megatron_dp2_tp2_checkpointed", [] { return megatron_case(0, true); });
+  register_train("searched_2x2", searched_case);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  print_tables();
+  return 0;
+}

@@ -81,8 +81,8 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
     std::int64_t temp = 0;
     for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
       const Strategy& s = chosen[static_cast<std::size_t>(k)];
-      temp = std::max(temp, s.memory.temporaries +
-                                (options.zero_stage == 3 ? parameter_bytes(g, s, mesh) : 0));
+      temp = std::max(
+          temp, s.memory.temporaries + (options.zero_stage == 3 ? parameter_bytes(g, s, mesh) : 0));
     }
     if (gi < checkpointed.size() && checkpointed[gi]) {
       recompute += m * (gc.compute_forward_s + gc.comm_forward_s);

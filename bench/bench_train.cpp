@@ -649,8 +649,8 @@ void BM_TrainStep(benchmark::State& state, const std::string& name,
   k["gemm/blas"] = row.blas_rate > 0 ? row.gemm_rate / row.blas_rate : 0;
   k["cpu_busy"] = row.cpu_busy;
   k["loss"] = loss;
-  state.SetLabel(
-      detail::concat(plan.mesh, " zero ", plan.zero_stage, c.note.empty() ? "" : "; ", c.note));
+  state.SetLabel(detail::concat(plan.mesh, " zero ", plan.zero_stage, "; blas threads ",
+                                cpu::blas_threads(), c.note.empty() ? "" : "; ", c.note));
   g_rows.push_back(row);
 }
 

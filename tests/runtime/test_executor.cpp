@@ -175,14 +175,9 @@ struct MatrixRow {
   bool memory_checked = true;  // false for random plans (see below)
 };
 
-Plan searched_plan(const Graph& g, const DeviceMesh& mesh, std::int64_t budget, int zero,
-                   std::int64_t micro, const HardwareProfile& hw) {
-  const DpOptions dp{.precision = Precision::fp32,
-                     .dropout_masks = DropoutMasks::regenerated,
-                     .zero_stage = zero,
-                     .micro_batches = micro};
-  const DpResult r = dp_frontier(g, mesh, hw, dp);
-  REQUIRE(!r.frontier.empty());
+// The fastest point of a frontier within `budget` (the leanest when none fits), as a Plan.
+Plan plan_within(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
+                 const DpOptions& dp, const DpResult& r, std::int64_t budget) {
   const DpPoint* best = &r.frontier.back();  // the least memory
   for (const DpPoint& p : r.frontier) {
     if (p.peak_bytes <= budget) {
@@ -259,18 +254,23 @@ TEST_CASE("parity and memory matrix: sharded training equals one device", "[exec
       }
     }
   }
-  // Plans the search picks for three budgets: the fastest plan, one in between, the leanest.
-  for (const char* m : {"2", "4"}) {
+  // Plans the search picks for three budgets: the fastest plan, one in between, the leanest. On the
+  // 2x2 mesh the DP prunes with a 5% memory tolerance (the exact DP of two blocks on a 2-D mesh
+  // takes minutes); on 2x2x2 it is too slow for a test even so, and that mesh runs only random
+  // and Megatron plans above.
+  for (const char* m : {"2", "4", "2x2"}) {
     const DeviceMesh mesh = parse_mesh(m);
     const Graph g = tiny_graph(kBatch);
-    const DpResult r = dp_frontier(
-        g, mesh, hw, {.precision = Precision::fp32, .dropout_masks = DropoutMasks::regenerated});
+    const DpOptions dp{.precision = Precision::fp32,
+                       .dropout_masks = DropoutMasks::regenerated,
+                       .tolerance = mesh.num_axes() > 1 ? 0.05 : 0.0};
+    const DpResult r = dp_frontier(g, mesh, hw, dp);
     REQUIRE(!r.frontier.empty());
     const std::int64_t most = r.frontier.front().peak_bytes;
     const std::int64_t least = r.frontier.back().peak_bytes;
     for (const std::int64_t budget : {most, (most + least) / 2, least}) {
-      const Plan plan = searched_plan(g, mesh, budget, 0, 1, hw);
-      run(g, plan, std::string("searched mesh ") + m + " budget " + std::to_string(budget));
+      run(g, plan_within(g, mesh, hw, dp, r, budget),
+          std::string("searched mesh ") + m + " budget " + std::to_string(budget));
     }
   }
 

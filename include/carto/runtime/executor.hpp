@@ -1423,7 +1423,7 @@ class Executor {
   std::vector<Strategy> st_;
   Backend& be_;
   MeshComms& comms_;
-  const HardwareProfile& hw_;
+  HardwareProfile hw_;  // a copy: callers may pass a temporary
   ExecutorOptions opt_;
   std::int64_t device_ = 0;
   ReshardCache cache_{};

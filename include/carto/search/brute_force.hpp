@@ -7,9 +7,11 @@
 //   time = m · (evaluate_assignment's time − its parameter-gradient reductions + ZeRO-3 gathers
 //               + the forward time of every checkpointed block) + the reductions,
 //   peak = P + Σ_g K_g + max(0, max_g X_g),
-// with A_g the group's saved bytes as evaluate_assignment counts them, T_g the largest workspace of
-// its ops, K_g = A_g and X_g = T_g, or for a checkpointed block K_g = its input's buffer and
-// X_g = A_g − K_g + T_g. brute_force_frontier
+// with A_g the group's saved bytes as evaluate_assignment counts them, T_g the largest excursion of
+// its ops (its strategy's temporaries, ZeRO-3's gathered parameters, its moves' copies), K_g = A_g
+// and X_g = T_g, or for a checkpointed block K_g = its input's buffer and X_g = max_k(A_≤k + T_k)
+// − K_g (A_≤k: what the block's ops up to k save; op k's backward runs while they are held, those
+// of later ops already freed). brute_force_frontier
 // enumerates every assignment (with every checkpoint pattern the options allow) and keeps the
 // Pareto-optimal points. It is exponential: for tests on graphs of a few ops.
 #pragma once
@@ -78,11 +80,17 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
   for (std::size_t gi = 0; gi < g.groups().size(); ++gi) {
     const OpGroup& grp = g.groups()[gi];
     const GroupCost& gc = cost.groups[gi];
-    std::int64_t temp = 0;
+    std::int64_t temp = 0;  // max_k T_k
+    std::int64_t held = 0;  // A_≤k: what the group has saved up to op k
+    std::int64_t peak = 0;  // max_k (A_≤k + T_k): op k's backward runs with A_≤k still held
     for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
       const Strategy& s = chosen[static_cast<std::size_t>(k)];
-      temp = std::max(
-          temp, s.memory.temporaries + (options.zero_stage == 3 ? parameter_bytes(g, s, mesh) : 0));
+      const std::int64_t t = s.memory.temporaries +
+                             (options.zero_stage == 3 ? parameter_bytes(g, s, mesh) : 0) +
+                             cost.move_transient_by_op[static_cast<std::size_t>(k)];
+      temp = std::max(temp, t);
+      held += cost.saved_by_op[static_cast<std::size_t>(k)];
+      peak = std::max(peak, held + t);
     }
     if (gi < checkpointed.size() && checkpointed[gi]) {
       recompute += m * (gc.compute_forward_s + gc.comm_forward_s);
@@ -94,7 +102,7 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
         input_bytes = local_shape(info.shape, spec, mesh).numel() * element_bytes(info);
       }
       kept += input_bytes;
-      extra = std::max(extra, gc.saved_bytes - input_bytes + temp);
+      extra = std::max(extra, std::max(peak, gc.saved_bytes) - input_bytes);
     } else {
       kept += gc.saved_bytes;
       extra = std::max(extra, temp);
@@ -225,6 +233,7 @@ inline std::vector<DpPoint> brute_force_frontier(const Graph& g, const DeviceMes
       frontier.push_back(std::move(p));
     }
   }
+  detail::drop_time_ties(frontier);
   return frontier;
 }
 

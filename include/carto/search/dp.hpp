@@ -25,10 +25,13 @@
 // 3 also the parameters (each gathered in forward and again in backward: ZeRO-3's all-gathers).
 // K_g: what group g keeps from its forward to its backward: its saved activations A_g, or only its
 // input's buffer if it is a checkpointed block. X_g: what g adds on top while it runs: the largest
-// workspace T_g of one of its ops, plus, for a checkpointed block, its rematerialized activations
-// (A_g − its input + T_g). All groups' K are held at the start of backward, where the peak of a
-// training step lies (Korthikanti et al. 2022 §4 take the same point); X_g is the largest excursion
-// above it.
+// excursion T_g of one of its ops (search/strategy.hpp: the buffers its backward writes and its
+// workspace, a transient Partial output, under ZeRO-3 its gathered parameters, and the copies its
+// moves make), or, for a checkpointed block, its rematerialized activations with the excursion of
+// the op running: max_k(A_≤k + T_k) − its input, A_≤k what the block's ops up to k save (in
+// backward, op k runs after the later ops freed theirs). All groups' K are held at the start of
+// backward, where the peak of a training step lies (Korthikanti et al. 2022 §4 take the same
+// point); X_g is the largest excursion above it.
 //
 // The DP. Ops are visited in graph order. A state is what the rest of the graph can still see of
 // the past: for every live tensor (one with a consumer still to come) its stored spec and the
@@ -78,6 +81,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -106,6 +110,25 @@
 namespace carto {
 
 enum class CheckpointChoice : std::uint8_t { none, all, search };
+
+struct DpPoint;
+namespace detail {
+// A frontier sorted by time with falling peaks: drops a point whose successor takes the same time
+// up to rounding (1e-9 relative; sums of the same terms in another order) with less memory, so two
+// summation orders of one plan give one frontier.
+template <class Point>
+void drop_time_ties(std::vector<Point>& frontier) {
+  std::vector<Point> kept;
+  for (std::size_t i = 0; i < frontier.size(); ++i) {
+    if (i + 1 < frontier.size()) {
+      const double a = frontier[i].time_s, b = frontier[i + 1].time_s;
+      if (std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b))) continue;
+    }
+    kept.push_back(std::move(frontier[i]));
+  }
+  frontier = std::move(kept);
+}
+}  // namespace detail
 
 struct DpOptions {
   Precision precision = Precision::mixed_bf16;
@@ -320,6 +343,20 @@ class DpModel {
     if (from == to) return 0;
     return reshard_graph(t).time(from, to);
   }
+  // Bytes a move from `from` to `to` holds beyond its source while it runs and while its result
+  // lives: the plan's extra memory, which includes the moved copy (search/evaluate.hpp's move
+  // transient); 0 for no move.
+  std::int64_t move_transient(TensorId t, std::uint32_t from, std::uint32_t to) {
+    if (from == to) return 0;
+    const std::uint64_t key = (static_cast<std::uint64_t>(t.index()) << 40) |
+                              (static_cast<std::uint64_t>(from) << 20) | to;
+    auto it = transients_.find(key);
+    if (it == transients_.end()) {
+      const std::int64_t extra = reshard_graph(t).plan(from, to).extra_memory_bytes;
+      it = transients_.emplace(key, std::max(local_bytes(t, to), extra)).first;
+    }
+    return it->second;
+  }
   std::int64_t local_bytes(TensorId t, std::uint32_t spec_index) {
     ReshardGraph& rg = reshard_graph(t);
     std::int64_t& b = bytes_[t.index()][spec_index];
@@ -382,6 +419,7 @@ class DpModel {
   std::vector<std::vector<Choice>> ops_;
   std::vector<ReshardGraph*> graphs_;
   std::vector<std::vector<std::int64_t>> bytes_;
+  std::unordered_map<std::uint64_t, std::int64_t> transients_;
   std::map<std::string, std::unique_ptr<ReshardGraph>> by_shape_;
 };
 
@@ -428,7 +466,7 @@ struct Label {
   std::int64_t base = 0;  // P so far + K of closed groups + A of the open group if not checkpointed
   std::int64_t extra = 0;       // max over closed groups of X_g
   std::int64_t open_saved = 0;  // open checkpointed block: A so far
-  std::int64_t open_temp = 0;   // open group: T so far
+  std::int64_t open_temp = 0;   // open checkpointed block: max over its ops k of A_≤k + T_k
   std::int32_t trace = -1;
 };
 
@@ -436,16 +474,16 @@ struct Label {
 // of one state: the rest of the graph adds the same time t', base B', saved bytes S' and
 // workspace T' to both and closes the open group with the same input bytes `in`). The final
 // cost is time + t' and
-//   base + B' + max(extra, open_saved + S' − in + max(open_temp, T'), X''),
+//   base + B' + max(extra, max(open_temp, open_saved + S' + T') − in, X''),
 // X'' the later groups' excursions. Term by term, that is no larger for `a` for every t', B', S',
 // T', X'' ≥ 0 when a.time ≤ b.time, a.base ≤ b.base, and a's base + extra, base + open_saved and
-// base + open_saved + open_temp are ≤ b's. This is coarser than comparing every component alone
+// base + open_temp are ≤ b's. This is coarser than comparing every component alone
 // (a label with less extra but more base than another is dropped when its sum is not smaller
 // either) and still exact.
 inline bool dominates(const Label& a, const Label& b) {
   return a.time <= b.time && a.base <= b.base && a.base + a.extra <= b.base + b.extra &&
          a.base + a.open_saved <= b.base + b.open_saved &&
-         a.base + a.open_saved + a.open_temp <= b.base + b.open_saved + b.open_temp;
+         a.base + a.open_temp <= b.base + b.open_temp;
 }
 
 // Inserts `l` unless dominated; removes the labels it dominates.
@@ -617,8 +655,8 @@ class Dp {
           n.time += delta.time;
           n.base += delta.base;
           n.open_saved += delta.open_saved;
-          if (state.checkpoint) {
-            n.open_temp = std::max(n.open_temp, delta.open_temp);
+          if (state.checkpoint) {  // backward of op k runs with A_≤k still held
+            n.open_temp = std::max(n.open_temp, n.open_saved + delta.open_temp);
           } else {
             n.extra = std::max(n.extra, delta.open_temp);  // X_g = T_g: no need to wait for the end
           }
@@ -645,7 +683,8 @@ class Dp {
     double fwd = ch.forward_s;
     std::int64_t saved = ch.private_saved;
     d.time = ch.sync_s;
-    d.open_temp = ch.temporaries;
+    std::int64_t forward_moves = 0;   // moved inputs, live together while the op runs
+    std::int64_t backward_moves = 0;  // the largest gradient move
     auto mark_saved = [&](std::int32_t root) {
       for (Live& l : live) {
         if (l.root == root) l.saved = true;
@@ -690,12 +729,15 @@ class Dp {
         if (!(forward_move < std::numeric_limits<double>::infinity())) return false;
         micro += forward_move;
         fwd += forward_move;
+        forward_moves += m_.move_transient(t, stored.spec, in.want);
       }
       if (info.kind == TensorKind::parameter) {
         if (moved) {
           const double back = m_.move_time(t, in.want_plain, stored.spec);
           if (!(back < std::numeric_limits<double>::infinity())) return false;
           micro += back;
+          backward_moves =
+              std::max(backward_moves, m_.move_transient(t, in.want_plain, stored.spec));
         }
       } else if (info.kind == TensorKind::activation && info.producer.valid()) {
         const std::uint32_t needed = m_.spec_index(t, without_partial(m_.spec(t, stored.spec)));
@@ -703,6 +745,7 @@ class Dp {
           const double back = m_.move_time(t, in.grad, needed);
           if (!(back < std::numeric_limits<double>::infinity())) return false;
           micro += back;
+          backward_moves = std::max(backward_moves, m_.move_transient(t, in.grad, needed));
         }
       }
       if (in.saved) {
@@ -751,6 +794,7 @@ class Dp {
       live.push_back(out);
       sort_live(live);
     }
+    d.open_temp = ch.temporaries + std::max(forward_moves, backward_moves);
     d.time += m * micro;
     if (state.checkpoint) {
       d.time += m * fwd;  // recomputed in backward
@@ -764,11 +808,12 @@ class Dp {
   // ---- groups ----
   TensorId block_input(std::int32_t gi) const { return group_input(g_, gi); }
 
-  // X_g of the open group: T_g, or A_g − input + T_g for a checkpointed block.
+  // X_g of the open group: T_g, or max_k(A_≤k + T_k) − input for a checkpointed block.
   static Label close(const Label& l, const State& state) {
     Label n = l;
-    const std::int64_t x =
-        state.checkpoint ? l.open_saved - state.checkpoint_input + l.open_temp : l.open_temp;
+    const std::int64_t x = state.checkpoint
+                               ? std::max(l.open_temp, l.open_saved) - state.checkpoint_input
+                               : l.open_temp;
     n.extra = std::max(l.extra, x);
     n.open_saved = 0;
     n.open_temp = 0;
@@ -891,7 +936,7 @@ class Dp {
     n.base += internal.base;
     n.extra = std::max(outer.extra, internal.extra);
     n.open_saved += internal.open_saved;
-    n.open_temp = std::max(outer.open_temp, internal.open_temp);
+    n.open_temp = std::max(outer.open_temp, outer.open_saved + internal.open_temp);
     return n;
   }
 
@@ -1203,6 +1248,7 @@ class Dp {
       unwind(l.trace, 0, p);
       r.frontier.push_back(std::move(p));
     }
+    drop_time_ties(r.frontier);
     return r;
   }
 

@@ -103,6 +103,10 @@ struct AssignmentCost {
   std::int64_t flops_backward = 0;
   std::int64_t saved_bytes = 0;
   std::vector<std::int64_t> saved_by_op{};  // what op k adds to its group's saved_bytes
+  // Transient bytes of op k's moves: the larger of its forward moves' (all moved inputs live
+  // together while it runs) and its largest gradient move's; a move counts the plan's extra memory
+  // beyond its source (the moved copy included).
+  std::vector<std::int64_t> move_transient_by_op{};
   double forward_s = 0;
   double backward_s = 0;
   [[nodiscard]] double time_s() const { return forward_s + backward_s; }
@@ -136,6 +140,7 @@ class AssignmentWalk {
     ungrouped_ = result_.groups.size();
     stored_specs();
     result_.saved_by_op.assign(g_.num_ops(), 0);
+    result_.move_transient_by_op.assign(g_.num_ops(), 0);
     for (std::size_t k = 0; k < g_.num_ops(); ++k) {
       const std::int64_t before = group_of(k).saved_bytes;
       visit(k);
@@ -245,6 +250,11 @@ class AssignmentWalk {
     }
 
     const auto saved = saved_tensors(g_, op);
+    std::int64_t forward_moves = 0;
+    std::int64_t backward_moves = 0;
+    auto transient = [&](TensorId t, const ReshardPlan& plan, const ShardingSpec& to) {
+      return std::max(local_bytes(t, to), plan.extra_memory_bytes);
+    };
     for (std::size_t i = 0; i < op.inputs.size(); ++i) {
       const TensorId t = op.inputs[i];
       const TensorInfo& info = g_.tensor(t);
@@ -255,6 +265,7 @@ class AssignmentWalk {
       if (moved) {
         forward = move(t, have, want);
         record_plan(k, t, CommRole::reshard, Phase::forward, forward);
+        forward_moves += transient(t, forward, want);
       }
       // Gradients.
       if (info.kind == TensorKind::parameter) {
@@ -262,13 +273,17 @@ class AssignmentWalk {
           grp.param_bytes += buffer_[t.index()].bytes;
         // gradient_sync (below) reduces the gradient to `want`; a later consumer then moves it
         // home.
-        if (moved)
-          record_plan(k, t, CommRole::reshard, Phase::backward,
-                      move(t, without_partial(want), have));
+        if (moved) {
+          const ReshardPlan back = move(t, without_partial(want), have);
+          record_plan(k, t, CommRole::reshard, Phase::backward, back);
+          backward_moves = std::max(backward_moves, transient(t, back, have));
+        }
       } else if (info.kind == TensorKind::activation && info.producer.valid()) {
         const ShardingSpec needed = without_partial(have);
         if (!(s.gradients[i] == needed)) {
-          record_plan(k, t, CommRole::reshard, Phase::backward, move(t, s.gradients[i], needed));
+          const ReshardPlan back = move(t, s.gradients[i], needed);
+          record_plan(k, t, CommRole::reshard, Phase::backward, back);
+          backward_moves = std::max(backward_moves, transient(t, back, needed));
         }
       }
       // Saved activations.
@@ -284,6 +299,7 @@ class AssignmentWalk {
         }
       }
     }
+    result_.move_transient_by_op[k] = std::max(forward_moves, backward_moves);
     for (const CollectiveCall& c : s.gradient_sync) {
       record(k, op.inputs[static_cast<std::size_t>(c.input)], CommRole::gradient_sync,
              Phase::backward, c.kind, c.axis, c.bytes);

@@ -131,9 +131,7 @@ PlanChoice search_plan(const MakeGraph& make_graph, const PlanRequest& request,
   carto::Plan& plan = choice.plan;
   const carto::Graph g = make_graph(request.batch / best->options.micro_batches);
   plan.model = request.model;
-  plan.fingerprint_ops = static_cast<std::int64_t>(g.num_ops());
-  plan.fingerprint_groups = static_cast<std::int64_t>(g.groups().size());
-  plan.fingerprint_tensors = static_cast<std::int64_t>(g.tensors().size());
+  carto::set_fingerprint(plan, g);
   carto::detail::describe_plan(plan, g, request.mesh, hw, best->options, best->point);
   // The frontier over every ZeRO stage and micro-batch count: increasing time, decreasing memory.
   std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {

@@ -113,6 +113,11 @@ TEST_CASE("plans round-trip through JSON; wrong files name the field", "[search]
   REQUIRE_THROWS_WITH(
       plan_from_json(j, other),
       Catch::Contains("field 'fingerprint'") && Catch::Contains("made for another model ('tiny')"));
+  // The same layers with another batch: the shape fingerprint differs.
+  const Graph bigger = tiny_graph(8 / p.micro_batches);
+  REQUIRE(bigger.num_ops() == g.num_ops());
+  REQUIRE_THROWS_WITH(plan_from_json(j, bigger), Catch::Contains("field 'fingerprint.shapes'") &&
+                                                     Catch::Contains("search again"));
   const DeviceMesh four = parse_mesh("x=4");
   REQUIRE_THROWS_WITH(plan_from_json(j, g, &four), Catch::Contains("field 'mesh' is {x:2}"));
   Json missing = j;

@@ -16,7 +16,7 @@
 // whose output spec is SPEC; '*' in NAME matches any text (block.*.einsum0). A pin naming no op, or
 // leaving an op without strategies on some mesh, is an error that names the pin.
 //
-// JSON (format "carto-plan/1"): model fingerprint (ops, groups, tensors), mesh, zero_stage,
+// JSON (format "carto-plan/1"): model fingerprint (ops, groups, tensors, shapes), mesh, zero_stage,
 // micro_batches, ops (name, strategy, input_specs, output_spec, checkpointed), predicted time and
 // memory with their breakdowns, frontier, search_time_s. load_plan checks the format, every field
 // and that the plan fits the given graph and mesh, naming the field that does not.
@@ -169,6 +169,29 @@ struct SearchOptions {
   double time_limit_s = 0;        // > 0: search() fails once it has run this long
 };
 
+// The tensors' dim names and extents in tensor order, hashed (FNV-1a, 64 bits) to 16 hex digits:
+// a plan file remembers the sizes it was made for.
+inline std::string shape_fingerprint(const Graph& g) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  for (const TensorInfo& t : g.tensors()) {
+    mix(t.shape.rank());
+    for (const DimExtent& d : t.shape.dims()) {
+      for (char c : d.name.view()) mix(static_cast<unsigned char>(c));
+      mix(static_cast<std::uint64_t>(d.extent));
+    }
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = kHex[h & 0xfu];
+  return out;
+}
+
 struct PlanOp {
   std::string name;
   std::string strategy;  // to_string(Strategy)
@@ -192,7 +215,9 @@ struct Plan {
   std::int64_t fingerprint_ops = 0;
   std::int64_t fingerprint_groups = 0;
   std::int64_t fingerprint_tensors = 0;
+  std::string fingerprint_shapes{};  // shape_fingerprint of the graph the plan was made for
   DeviceMesh mesh{};
+
   int zero_stage = 0;
   std::int64_t micro_batches = 1;
   std::vector<PlanOp> ops{};
@@ -206,6 +231,14 @@ struct Plan {
   double search_time_s = 0;
   friend bool operator==(const Plan&, const Plan&) = default;
 };
+
+// Records which model the plan is for: op, group and tensor counts and the shape fingerprint.
+inline void set_fingerprint(Plan& plan, const Graph& g) {
+  plan.fingerprint_ops = static_cast<std::int64_t>(g.num_ops());
+  plan.fingerprint_groups = static_cast<std::int64_t>(g.groups().size());
+  plan.fingerprint_tensors = static_cast<std::int64_t>(g.tensors().size());
+  plan.fingerprint_shapes = shape_fingerprint(g);
+}
 
 namespace detail {
 
@@ -363,9 +396,7 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
   }
   const Graph g = make_graph(global_batch / best.micro);
   plan.model = std::string(model);
-  plan.fingerprint_ops = static_cast<std::int64_t>(g.num_ops());
-  plan.fingerprint_groups = static_cast<std::int64_t>(g.groups().size());
-  plan.fingerprint_tensors = static_cast<std::int64_t>(g.tensors().size());
+  set_fingerprint(plan, g);
   detail::describe_plan(plan, g, best.mesh, hw, best.dp, best.point);
   plan.search_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -384,6 +415,7 @@ inline Json to_json(const Plan& p) {
   j["fingerprint"]["ops"] = p.fingerprint_ops;
   j["fingerprint"]["groups"] = p.fingerprint_groups;
   j["fingerprint"]["tensors"] = p.fingerprint_tensors;
+  j["fingerprint"]["shapes"] = p.fingerprint_shapes;
   j["mesh"] = Json::array();
   for (const MeshAxis& a : p.mesh.axes()) {
     Json axis;
@@ -469,6 +501,14 @@ inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh
                  " ops, ", p.fingerprint_groups, " groups and ", p.fingerprint_tensors,
                  " tensors; this model has ", g.num_ops(), ", ", g.groups().size(), " and ",
                  g.tensors().size(), ": the plan was made for another model ('", p.model, "')");
+  }
+  p.fingerprint_shapes = typed(field(fp, "fingerprint", "shapes"), "fingerprint.shapes", str);
+  if (p.fingerprint_shapes != shape_fingerprint(g)) {
+    detail::fail("carto: plan file: field 'fingerprint.shapes' is ", p.fingerprint_shapes,
+                 " but this model's tensors give ", shape_fingerprint(g),
+                 ": the plan was made for the same layers with other sizes (batch, sequence, "
+                 "hidden, heads or vocabulary) of '",
+                 p.model, "'; search again for these sizes");
   }
   StaticVector<MeshAxis, kMaxMeshAxes> axes;
   const Json& mj = field(j, "", "mesh");

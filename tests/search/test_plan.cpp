@@ -96,6 +96,18 @@ TEST_CASE("pins fix an op's output spec; bad pins name themselves", "[search][pl
   REQUIRE_THROWS_WITH(parse_pin("block.0.einsum0"), Catch::Contains("is not OP=SPEC"));
 }
 
+TEST_CASE("SearchOptions::meshes fixes the logical mesh", "[search][plan]") {
+  const HardwareProfile hw = find_hardware_profile("h100");
+  SearchOptions options;
+  options.meshes = {parse_mesh("dp=2")};
+  const Plan p = search(tiny_graph, "tiny", 4, 2, hw, options);
+  REQUIRE(p.mesh == parse_mesh("dp=2"));
+  options.meshes = {parse_mesh("dp=4")};
+  REQUIRE_THROWS_WITH(search(tiny_graph, "tiny", 4, 2, hw, options),
+                      Catch::Contains("mesh {dp:4} of 4 devices") &&
+                          Catch::Contains("the search is for 2 devices"));
+}
+
 TEST_CASE("plans round-trip through JSON; wrong files name the field", "[search][plan]") {
   const HardwareProfile hw = find_hardware_profile("h100");
   SearchOptions options;

@@ -167,6 +167,8 @@ struct SearchOptions {
   std::vector<Pin> pins{};
   std::size_t max_mesh_axes = 3;  // logical meshes of 1 .. max_mesh_axes axes
   double time_limit_s = 0;        // > 0: search() fails once it has run this long
+  // The logical meshes to try; empty: every factorisation of the device count (max_mesh_axes).
+  std::vector<DeviceMesh> meshes{};
 };
 
 // The tensors' dim names and extents in tensor order, hashed (FNV-1a, 64 bits) to 16 hex digits:
@@ -328,13 +330,21 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
   least.point.peak_bytes = std::numeric_limits<std::int64_t>::max();
   std::vector<FrontierPoint> all;
   bool any_micro = false;
+  const std::vector<DeviceMesh> meshes =
+      options.meshes.empty() ? mesh_candidates(devices, options.max_mesh_axes) : options.meshes;
+  for (const DeviceMesh& mesh : meshes) {
+    if (mesh.num_devices() != devices) {
+      detail::fail("carto: SearchOptions::meshes holds mesh ", mesh, " of ", mesh.num_devices(),
+                   " devices; the search is for ", devices, " devices");
+    }
+  }
   // Every outer choice; the DP drops partial plans over `budget`.
   auto sweep = [&](std::int64_t budget) {
     for (const std::int64_t m : options.micro_batches) {
       if (m < 1 || global_batch % m != 0) continue;
       any_micro = true;
       const Graph g = make_graph(global_batch / m);
-      for (const DeviceMesh& mesh : mesh_candidates(devices, options.max_mesh_axes)) {
+      for (const DeviceMesh& mesh : meshes) {
         const StrategyOptions sopt{.precision = options.precision,
                                    .layernorm_stats = options.layernorm_stats,
                                    .dropout_masks = options.dropout_masks};

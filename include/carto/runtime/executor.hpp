@@ -324,7 +324,6 @@ class Executor {
     std::shared_ptr<Buffer> output{};
     std::shared_ptr<Buffer> extra{};  // cross-entropy: the logits read
     Buffer state1, state2;            // mean/rstd, logsumexp
-    bool valid = false;
   };
 
   // ---- set-up ----
@@ -380,7 +379,6 @@ class Executor {
   }
 
   void init_parameters() {
-    std::uint32_t ordinal = 0;
     for (std::size_t t = 0; t < g_.tensors().size(); ++t) {
       const TensorInfo& info = g_.tensors()[t];
       if (info.kind != TensorKind::parameter) continue;
@@ -404,7 +402,7 @@ class Executor {
       Buffer full = be_.allocate(
           p.local, DType::fp32,
           opt_.zero_stage == 3 ? MemoryCategory::temporaries : MemoryCategory::parameters);
-      init_value(p, full.view(p.local), ordinal++);
+      init_value(p, full.view(p.local));
       const TensorShape chunk{{"chunk", p.chunk}};
       if (opt_.zero_stage == 3) {
         p.value = be_.allocate(chunk, DType::fp32, MemoryCategory::parameters);
@@ -439,7 +437,7 @@ class Executor {
     be_.synchronize();
   }
 
-  void init_value(const Param& p, TensorView value, std::uint32_t ordinal) {
+  void init_value(const Param& p, TensorView value) {
     // The first consumer decides: layernorm gamma 1, beta 0; a bias 0; otherwise normal.
     float constant = -1;
     for (const Op& op : g_.ops()) {
@@ -454,7 +452,6 @@ class Executor {
     if (constant >= 0) {
       be_.fill(value, constant);
     } else {
-      (void)ordinal;
       be_.fill_normal(
           value, opt_.init_stddev,
           {.seed = opt_.seed,
@@ -887,7 +884,6 @@ class Executor {
     }
     act_[out.index()] = y;
     if (keep && is_saved(out)) sv.output = y;
-    sv.valid = keep;
     if (!keep) sv = Saved{};  // a checkpointed group keeps nothing; it recomputes
     for (TensorId t : op.inputs) {
       if (g_.tensor(t).kind == TensorKind::activation && g_.tensor(t).producer.valid())
@@ -975,7 +971,7 @@ class Executor {
       be_.gemm(reshaped(b, b_shape), reshaped(a, a_shape), reshaped(C, shape3(N, M)), swapped);
     } else {
       const std::string canon = batch + m + n;
-      const TensorShape cs = permuted_shape(C.shape, sc, canon, /*inverse=*/true);
+      const TensorShape cs = permuted_shape(C.shape, sc, canon);
       auto c_tmp = allocate(cs, MemoryCategory::temporaries);
       be_.gemm(reshaped(a, a_shape), reshaped(b, b_shape), reshaped(c_tmp->view(cs), shape3(M, N)),
                {.a = ta, .b = tb, .alpha = 1.0f, .beta = 0.0f});
@@ -984,11 +980,9 @@ class Executor {
                     accumulate ? CopyMode::accumulate : CopyMode::assign);
     }
   }
-  // The shape of `x` (letters `from`) permuted to letters `to`; with inverse, `x` has letters
-  // `from` and the result has letters `to` (same thing; the flag documents the call site).
+  // The shape of `x` (letters `from`) permuted to letters `to`.
   static TensorShape permuted_shape(const TensorShape& x, const std::string& from,
-                                    const std::string& to, bool inverse = false) {
-    (void)inverse;
+                                    const std::string& to) {
     TensorShape out;
     for (char c : to) out.push_back(x.dims()[from.find(c)]);
     return out;
@@ -1091,7 +1085,7 @@ class Executor {
                            args);
   }
 
-  AttentionArgs attention_args(std::size_t k, std::int64_t kv_seq) const {
+  AttentionArgs attention_args(std::size_t k) const {
     const Op& op = g_.ops()[k];
     const TensorShape& q = g_.tensor(op.inputs[0]).shape;  // (B, a, S, d)
     const Slice s = device_slice(q, st_[k].sharding.inputs[0], mesh_, device_);
@@ -1099,7 +1093,6 @@ class Executor {
     p.global_extents = {q.dims()[0].extent, q.dims()[1].extent, q.dims()[2].extent,
                         q.dims()[2].extent};
     p.offset = {s.offset[0], s.offset[1], s.offset[2], 0};
-    (void)kv_seq;
     return {.scale = static_cast<float>(op.factor),
             .masking = op.masking,
             .dropout = inference_ ? 0.0f : static_cast<float>(op.probability),
@@ -1169,7 +1162,7 @@ class Executor {
     const TensorShape lse = {q.shape().dims()[0], q.shape().dims()[1], q.shape().dims()[2]};
     sv.state1 = be_.allocate(lse, DType::fp32, MemoryCategory::activations);
     if (!gathers_kv(k)) {
-      be_.attention_forward(q, kk, v, out, sv.state1.view(lse), attention_args(k, 0));
+      be_.attention_forward(q, kk, v, out, sv.state1.view(lse), attention_args(k));
       return;
     }
     auto kf = gather_seq(k, kk);
@@ -1180,7 +1173,7 @@ class Executor {
         {kk.shape().dims()[2].name, g_.tensor(g_.ops()[k].inputs[1]).shape.dims()[2].extent},
         kk.shape().dims()[3]};
     be_.attention_forward(q, kf->view(fs), vf->view(fs), out, sv.state1.view(lse),
-                          attention_args(k, 0));
+                          attention_args(k));
   }
 
   // ---- backward ----
@@ -1388,7 +1381,7 @@ class Executor {
       case OpKind::fused_attention: {
         const TensorShape lse = {in_local[0].dims()[0], in_local[0].dims()[1],
                                  in_local[0].dims()[2]};
-        const AttentionArgs args = attention_args(k, 0);
+        const AttentionArgs args = attention_args(k);
         if (!gathers_kv(k)) {
           be_.attention_backward(X(0), X(1), X(2), sv.output->view(out_local), sv.state1.view(lse),
                                  dY, DX(0), DX(1), DX(2), args);

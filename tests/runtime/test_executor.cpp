@@ -83,7 +83,8 @@ struct GradResult {
 
 // One forward/backward of `strategy` on thread ranks; the loss and every parameter gradient.
 GradResult gradients(const Graph& g, const DeviceMesh& mesh,
-                     const std::vector<std::size_t>& strategy, const TokenBatch& batch) {
+                     const std::vector<std::size_t>& strategy,
+                     const std::vector<HostInput>& inputs) {
   GradResult out;
   std::mutex mutex;
   const HardwareProfile hw = hardware::h100();
@@ -97,11 +98,6 @@ GradResult gradients(const Graph& g, const DeviceMesh& mesh,
                        .at(strategy[k]));
     }
     Executor ex(g, mesh, st, backend, comms, hw, {.seed = 5});
-    std::vector<HostInput> inputs(2);
-    inputs[0].tensor = TensorId{0};
-    inputs[0].ids = batch.ids;
-    inputs[1].tensor = TensorId{1};
-    inputs[1].ids = batch.targets;
     const double loss = ex.forward_backward(inputs);
     ex.finish_gradients();
     std::vector<std::vector<float>> grads;
@@ -115,6 +111,25 @@ GradResult gradients(const Graph& g, const DeviceMesh& mesh,
   return out;
 }
 
+// The GPT graph's inputs (ids, targets) from a token batch.
+std::vector<HostInput> token_inputs(const TokenBatch& batch) {
+  std::vector<HostInput> inputs(2);
+  inputs[0].tensor = TensorId{0};
+  inputs[0].ids = batch.ids;
+  inputs[1].tensor = TensorId{1};
+  inputs[1].ids = batch.targets;
+  return inputs;
+}
+
+// The largest absolute difference of the losses and of any gradient element.
+double largest_difference(const GradResult& got, const GradResult& ref) {
+  double worst = std::abs(got.loss - ref.loss);
+  for (std::size_t p = 0; p < ref.grads.size(); ++p)
+    for (std::size_t e = 0; e < ref.grads[p].size(); ++e)
+      worst = std::max(worst, static_cast<double>(std::abs(got.grads[p][e] - ref.grads[p][e])));
+  return worst;
+}
+
 }  // namespace
 
 TEST_CASE("every strategy of every op on (2), (4) and (2x2) equals one device", "[executor]") {
@@ -125,8 +140,8 @@ TEST_CASE("every strategy of every op on (2), (4) and (2x2) equals one device", 
   const TokenBatch batch = random_batch(4, 9);
   for (const AttentionKind attention : {AttentionKind::materialized, AttentionKind::fused}) {
     const Graph g = tiny_graph(4, attention);
-    const GradResult ref =
-        gradients(g, parse_mesh("1"), replicated_strategies(g, parse_mesh("1")), batch);
+    const GradResult ref = gradients(g, parse_mesh("1"), replicated_strategies(g, parse_mesh("1")),
+                                     token_inputs(batch));
     const std::vector<std::string> names = op_names(g);
     std::int64_t runs = 0, failures = 0;
     std::map<OpKind, std::int64_t> per_kind;
@@ -141,14 +156,10 @@ TEST_CASE("every strategy of every op on (2), (4) and (2x2) equals one device", 
         for (std::size_t i = 0; i < all.size(); ++i) {
           std::vector<std::size_t> strategy = base;
           strategy[k] = i;
-          const GradResult got = gradients(g, mesh, strategy, batch);
+          const GradResult got = gradients(g, mesh, strategy, token_inputs(batch));
           ++runs;
           ++per_kind[g.ops()[k].kind];
-          double worst = std::abs(got.loss - ref.loss);
-          for (std::size_t p = 0; p < ref.grads.size(); ++p)
-            for (std::size_t e = 0; e < ref.grads[p].size(); ++e)
-              worst =
-                  std::max(worst, static_cast<double>(std::abs(got.grads[p][e] - ref.grads[p][e])));
+          const double worst = largest_difference(got, ref);
           if (worst > 1e-5) {
             ++failures;
             UNSCOPED_INFO("mesh " << m << " " << names[k] << " " << to_string(all[i]) << ": loss "
@@ -303,39 +314,6 @@ using SF = Tensor<DType::fp32, Shape<SB, SS, Dim<"ffn", 64>>>;
 using SeqBlock = Sequential<LayerNorm<SX>, MultiHeadAttention<SX, 4>, LayerNorm<SX>,
                             Linear<SX, Dim<"ffn", 64>>, Gelu<SF>, Linear<SF, SH>, Dropout<SX>>;
 
-// The Sequential model's loss Σ out∘G and every parameter gradient after one forward/backward.
-GradResult sequential_gradients(const Graph& g, const DeviceMesh& mesh,
-                                const std::vector<std::size_t>& strategy,
-                                const std::vector<float>& x) {
-  GradResult out;
-  std::mutex mutex;
-  const HardwareProfile hw = hardware::h100();
-  run_threads(static_cast<int>(mesh.num_devices()), [&](Communicator& world) {
-    cpu::CpuBackend backend;
-    MeshComms comms(world, mesh);
-    std::vector<Strategy> st;
-    for (std::size_t k = 0; k < g.num_ops(); ++k) {
-      st.push_back(enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh,
-                                        {.precision = Precision::fp32})
-                       .at(strategy[k]));
-    }
-    Executor ex(g, mesh, st, backend, comms, hw, {.seed = 3});
-    std::vector<HostInput> inputs(1);
-    inputs[0].tensor = TensorId{0};
-    inputs[0].values = x;
-    const double loss = ex.forward_backward(inputs);
-    ex.finish_gradients();
-    std::vector<std::vector<float>> grads;
-    for (TensorId t : ex.parameters()) grads.push_back(ex.gradient(t));
-    if (world.rank() == 0) {
-      std::lock_guard lock(mutex);
-      out.loss = loss;
-      out.grads = grads;
-    }
-  });
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("a Sequential model under random plans equals one device", "[executor]") {
@@ -347,18 +325,17 @@ TEST_CASE("a Sequential model under random plans equals one device", "[executor]
   for (std::size_t i = 0; i < x.size(); ++i)
     x[i] = rng::normal({.seed = 11, .id = 1}, static_cast<std::int64_t>(i));
   const DeviceMesh one = parse_mesh("1");
-  const GradResult ref = sequential_gradients(g, one, replicated_strategies(g, one), x);
+  std::vector<HostInput> inputs(1);
+  inputs[0].tensor = TensorId{0};
+  inputs[0].values = x;
+  const GradResult ref = gradients(g, one, replicated_strategies(g, one), inputs);
   REQUIRE(std::abs(ref.loss) > 1e-3);
   for (const char* m : {"2", "4", "2x2"}) {
     const DeviceMesh mesh = parse_mesh(m);
     for (std::uint32_t seed = 1; seed <= 4; ++seed) {
-      const GradResult got = sequential_gradients(g, mesh, random_strategies(g, mesh, seed), x);
-      double worst = std::abs(got.loss - ref.loss);
-      for (std::size_t p = 0; p < ref.grads.size(); ++p)
-        for (std::size_t e = 0; e < ref.grads[p].size(); ++e)
-          worst = std::max(worst, static_cast<double>(std::abs(got.grads[p][e] - ref.grads[p][e])));
+      const GradResult got = gradients(g, mesh, random_strategies(g, mesh, seed), inputs);
       INFO("mesh " << m << " random plan " << seed << ": loss " << got.loss << " vs " << ref.loss);
-      CHECK(worst <= 1e-5);
+      CHECK(largest_difference(got, ref) <= 1e-5);
     }
   }
 }

@@ -111,11 +111,11 @@ struct Op {
   OpKind kind = OpKind::view;
   StaticVector<TensorId, 3> inputs{};
   TensorId output{};
-  Einsum einsum{};                      // einsum only
-  std::size_t dim = 0;                  // softmax, layernorm: the reduced dim; split_heads: the part
-  double probability = 0.0;             // dropout, fused_attention: the drop probability
-  double factor = 1.0;                  // scale, fused_attention: the multiplier
-  Masking masking = Masking::none;      // softmax, fused_attention
+  Einsum einsum{};                  // einsum only
+  std::size_t dim = 0;              // softmax, layernorm: the reduced dim; split_heads: the part
+  double probability = 0.0;         // dropout, fused_attention: the drop probability
+  double factor = 1.0;              // scale, fused_attention: the multiplier
+  Masking masking = Masking::none;  // softmax, fused_attention
   ViewKind view = ViewKind::transpose;  // view only
   std::int32_t group = -1;              // index of the enclosing OpGroup, or -1
 };

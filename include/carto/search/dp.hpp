@@ -77,6 +77,14 @@
 // a block where one tensor is live (the residual between attention and MLP) — starts a segment to
 // the block's end, shared by every entry spec of the block that reaches the cut in the same
 // state.
+//
+// Combining a memoized table with the labels reaching it (combine_jobs) merges the pairs of each
+// next state in time order through a (base, peak) staircase. A pair is a stream position: outer
+// label i followed by the table's labels j, j + 1, ... (sorted by time). The suffix minima of the
+// table's base and peak bound every later pair of the stream from below, and every later pair is
+// at least as slow as what the staircase holds, so once that bound is dominated (or over the
+// budget) the rest of the stream is skipped; an outer label whose whole row is already beaten is
+// never started. Both skip only pairs the staircase would drop, so the result is unchanged.
 #pragma once
 
 #include <algorithm>
@@ -949,6 +957,29 @@ class Dp {
   };
   using Jobs = std::unordered_map<State, std::vector<Job>, StateHash>;
 
+  // Per position j of a flat internal list: the least base and base + extra from j to its end.
+  struct SuffixMinima {
+    std::vector<std::int64_t> base;
+    std::vector<std::int64_t> peak;
+  };
+  std::unordered_map<const std::vector<Label>*, SuffixMinima> suffix_{};
+  const SuffixMinima& suffix_minima(const std::vector<Label>& labels) {
+    auto [it, fresh] = suffix_.try_emplace(&labels);
+    if (fresh) {
+      SuffixMinima& sm = it->second;
+      sm.base.resize(labels.size());
+      sm.peak.resize(labels.size());
+      std::int64_t b = std::numeric_limits<std::int64_t>::max(), p = b;
+      for (std::size_t j = labels.size(); j-- > 0;) {
+        b = std::min(b, labels[j].base);
+        p = std::min(p, labels[j].base + labels[j].extra);
+        sm.base[j] = b;
+        sm.peak[j] = p;
+      }
+    }
+    return it->second;
+  }
+
   static bool flat(const std::vector<Label>& labels) {
     return std::all_of(labels.begin(), labels.end(),
                        [](const Label& l) { return l.open_saved == 0 && l.open_temp == 0; });
@@ -1006,17 +1037,47 @@ class Dp {
         const Label n = combine((*list[job].outer)[i], (*list[job].internal)[j]);
         return Cursor{n.time, n.base, n.extra, job, i, j};
       };
-      for (std::uint32_t job = 0; job < list.size(); ++job) {
-        if (list[job].internal->empty()) continue;
-        for (std::uint32_t i = 0; i < list[job].outer->size(); ++i)
-          heap.push_back(cursor(job, i, 0));
-      }
-      std::make_heap(heap.begin(), heap.end(), later);
       std::map<std::int64_t, std::int64_t> stair;  // as in pareto_filter
       std::vector<Label> kept;
       auto slack = [tolerance](std::int64_t v) {
         return tolerance == 0 ? v
                               : v + static_cast<std::int64_t>(tolerance * static_cast<double>(v));
+      };
+      std::vector<const SuffixMinima*> suffixes(list.size());
+      auto dominated = [&](std::int64_t base, std::int64_t peak) {
+        const auto it = stair.upper_bound(slack(base));
+        return it != stair.begin() && std::prev(it)->second <= slack(peak);
+      };
+      // Whether the rest of a stream, from its j-th pair on, can still give a kept label: the
+      // suffix minima of the internal list bound the base and peak of every later pair from
+      // below, and every later pair is at least as slow as any label the staircase holds.
+      auto alive = [&](const Cursor& c, std::uint32_t j) {
+        const Label& l = (*list[c.job].outer)[c.i];
+        const SuffixMinima& sm = *suffixes[c.job];
+        const std::int64_t base = l.base + sm.base[j];
+        const std::int64_t peak = l.base + std::max(sm.base[j] + l.extra, sm.peak[j]);
+        return peak <= budget && !dominated(base, peak);
+      };
+      // A job whose outer labels are sorted like the heap starts with its first pair only: pair
+      // (i + 1, 0) follows no earlier than (i, 0), so it is pushed when (i, 0) is popped and the
+      // heap holds one cursor per live stream instead of one per outer label.
+      auto in_order = [](const Label& a, const Label& b) {
+        if (a.time != b.time) return a.time < b.time;
+        if (a.base != b.base) return a.base < b.base;
+        return a.extra < b.extra;
+      };
+      std::vector<bool> lazy(list.size());
+      for (std::uint32_t job = 0; job < list.size(); ++job) {
+        if (list[job].internal->empty() || list[job].outer->empty()) continue;
+        suffixes[job] = &suffix_minima(*list[job].internal);
+        lazy[job] = std::is_sorted(list[job].outer->begin(), list[job].outer->end(), in_order);
+        const std::uint32_t n = lazy[job] ? 1 : static_cast<std::uint32_t>(list[job].outer->size());
+        for (std::uint32_t i = 0; i < n; ++i) heap.push_back(cursor(job, i, 0));
+      }
+      std::make_heap(heap.begin(), heap.end(), later);
+      auto push = [&](const Cursor& c) {
+        heap.push_back(c);
+        std::push_heap(heap.begin(), heap.end(), later);
       };
       while (!heap.empty()) {
         std::pop_heap(heap.begin(), heap.end(), later);
@@ -1024,15 +1085,21 @@ class Dp {
         heap.pop_back();
         ++labels_created_;
         const Job& job = list[c.job];
-        if (c.j + 1 < job.internal->size()) {
-          heap.push_back(cursor(c.job, c.i, c.j + 1));
-          std::push_heap(heap.begin(), heap.end(), later);
+        if (c.j == 0 && lazy[c.job]) {  // the next outer label whose row can still give a label
+          Cursor next = c;
+          for (++next.i; next.i < job.outer->size(); ++next.i) {
+            if (alive(next, 0)) {
+              push(cursor(c.job, next.i, 0));
+              break;
+            }
+          }
         }
         const std::int64_t peak = c.base + c.extra;
-        if (peak > budget) continue;
-        auto it = stair.upper_bound(slack(c.base));
-        if (it != stair.begin() && std::prev(it)->second <= slack(peak)) continue;  // dominated
-        it = stair.lower_bound(c.base);
+        const bool keep = peak <= budget && !dominated(c.base, peak);
+        if (c.j + 1 < job.internal->size() && (keep || alive(c, c.j + 1)))
+          push(cursor(c.job, c.i, c.j + 1));
+        if (!keep) continue;
+        auto it = stair.lower_bound(c.base);
         while (it != stair.end() && it->second >= peak) it = stair.erase(it);
         stair[c.base] = peak;
         const Label& l = (*job.outer)[c.i];

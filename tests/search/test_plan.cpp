@@ -6,6 +6,8 @@
 #include <carto/spec.hpp>
 #include <catch2/catch.hpp>
 
+#include "support/small_graphs.hpp"
+
 using namespace carto;
 
 namespace {
@@ -106,6 +108,91 @@ TEST_CASE("SearchOptions::meshes fixes the logical mesh", "[search][plan]") {
   REQUIRE_THROWS_WITH(search(tiny_graph, "tiny", 4, 2, hw, options),
                       Catch::Contains("mesh {dp:4} of 4 devices") &&
                           Catch::Contains("the search is for 2 devices"));
+}
+
+TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier point",
+          "[search][plan]") {
+  // A node per device: every axis of 8 devices crosses the network, so x=2,y=4 and x=4,y=2 are
+  // one cost class; search() runs one of them, and of ZeRO stages 0-2 only stage 2. The
+  // reference runs the DP for every mesh, stage and micro-batch count and merges the frontiers,
+  // as search() did before these reductions.
+  HardwareProfile hw = find_hardware_profile("h100");
+  hw.links.front().devices = 1;
+  hw = hardware_for_devices(hw, 8);
+  REQUIRE(detail::mesh_cost_class(parse_mesh("x=2,y=4"), hw) ==
+          detail::mesh_cost_class(parse_mesh("x=4,y=2"), hw));
+  REQUIRE(detail::mesh_cost_class(parse_mesh("x=2,y=4"), hw) !=
+          detail::mesh_cost_class(parse_mesh("x=8"), hw));
+  HardwareProfile nodes_of_two = find_hardware_profile("h100");
+  nodes_of_two.links.front().devices = 2;
+  nodes_of_two = hardware_for_devices(nodes_of_two, 16);
+  // y and x on the network, z in the node: renaming x and y maps one onto the other.
+  REQUIRE(detail::mesh_cost_class(parse_mesh("x=4,y=2,z=2"), nodes_of_two) ==
+          detail::mesh_cost_class(parse_mesh("x=2,y=4,z=2"), nodes_of_two));
+  REQUIRE(detail::mesh_cost_class(parse_mesh("x=4,y=2,z=2"), nodes_of_two) !=
+          detail::mesh_cost_class(parse_mesh("x=2,y=2,z=4"), nodes_of_two));
+  REQUIRE(detail::zero_stages_to_run({0, 1, 2, 3}) == std::vector<int>{2, 3});
+  REQUIRE(detail::zero_stages_to_run({0, 1}) == std::vector<int>{1});
+  REQUIRE(detail::zero_stages_to_run({3}) == std::vector<int>{3});
+
+  // Two MLP blocks (B=16/m, H=8, F=16) per micro-batch of m.
+  auto blocks = [](std::int64_t b) {
+    return testing::make_graph(b, 8, 16, testing::BlockShape::mlp, 2);
+  };
+  const std::int64_t batch = 16;
+  SearchOptions options;
+  options.micro_batches = {1, 2};
+  options.max_mesh_axes = 2;
+  struct Point {
+    double time_s;
+    std::int64_t peak_bytes;
+  };
+  std::vector<Point> points;  // every DP's frontier, merged below
+  for (const std::int64_t m : options.micro_batches) {
+    const Graph g = blocks(batch / m);
+    for (const DeviceMesh& mesh : mesh_candidates(8, 2)) {
+      for (const int z : {0, 1, 2, 3}) {
+        for (const DpPoint& p :
+             dp_frontier(g, mesh, hw, {.zero_stage = z, .micro_batches = m}).frontier)
+          points.push_back({p.time_s, p.peak_bytes});
+      }
+    }
+  }
+  std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
+    return a.time_s != b.time_s ? a.time_s < b.time_s : a.peak_bytes < b.peak_bytes;
+  });
+  std::vector<Point> reference;
+  for (const Point& p : points) {
+    if (reference.empty() || p.peak_bytes < reference.back().peak_bytes) reference.push_back(p);
+  }
+  detail::drop_time_ties(reference);
+  const Plan all = search(blocks, "blocks", batch, 8, hw, options);
+  REQUIRE(all.frontier.size() == reference.size());
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    INFO("frontier point " << i);
+    REQUIRE(all.frontier[i].time_s == Approx(reference[i].time_s).epsilon(1e-9));
+    REQUIRE(all.frontier[i].peak_bytes == reference[i].peak_bytes);
+  }
+  // Under budgets across the frontier: the fastest plan that fits, reported under the lowest
+  // stage it fits at.
+  for (std::size_t i = 0; i < reference.size();
+       i += std::max<std::size_t>(1, reference.size() / 5)) {
+    options.memory_budget = reference[i].peak_bytes;
+    const Plan p = search(blocks, "blocks", batch, 8, hw, options);
+    REQUIRE(p.step_time_s == Approx(reference[i].time_s).epsilon(1e-9));
+    REQUIRE(p.peak_memory_bytes <= options.memory_budget);
+    const Graph g = blocks(batch / p.micro_batches);
+    std::vector<bool> ckpt(g.groups().size(), false);
+    for (std::size_t k = 0; k < g.num_ops(); ++k) {
+      if (p.ops[k].checkpointed) ckpt[static_cast<std::size_t>(g.ops()[k].group)] = true;
+    }
+    for (int z = 0; z < p.zero_stage; ++z) {
+      const PointCost lower = evaluate_point(
+          g, p.mesh, hw, {.zero_stage = z, .micro_batches = p.micro_batches}, p.strategy, ckpt);
+      REQUIRE(lower.time_s == Approx(p.step_time_s).epsilon(1e-9));
+      REQUIRE(lower.peak_bytes > options.memory_budget);
+    }
+  }
 }
 
 TEST_CASE("plans round-trip through JSON; wrong files name the field", "[search][plan]") {

@@ -9,7 +9,10 @@
 // with the merged frontier of the plans that fit (the DP drops partial plans over the budget, which
 // is exact for them and makes a tight budget cheaper to search). No plan fits: a carto::Error that
 // states the least memory any plan needs and which plan that is (found by a second sweep without
-// the budget).
+// the budget). Two reductions keep that exact while running fewer DPs: of ZeRO stages 0-2 only
+// the highest listed is searched (the others take the same time with no less memory; the chosen
+// plan is then reported under the lowest listed stage it fits at), and of meshes that differ only
+// by a renaming of axes with the same size and link, only the first (detail::mesh_cost_class).
 //
 // Op names: "<group>.<kind><n>", n counting ops of that kind within the group (block.3.einsum0 is
 // the fused QKV projection of block 3). A pin "NAME=SPEC" keeps only the strategies of the named op
@@ -307,6 +310,51 @@ inline void describe_plan(Plan& plan, const Graph& g, const DeviceMesh& mesh,
 
 }  // namespace detail
 
+namespace detail {
+
+// The ZeRO stages whose DPs are run for `stages`. Stages 0, 1 and 2 differ only in the persistent
+// bytes of a parameter (optimizer states, then gradients, sharded over its replicas, rounded up,
+// so never more), not in time or in any other memory: every plan under stage 0 or 1 takes the
+// same time and at least the memory of the same plan under stage 2. So the highest of 0-2 present
+// stands for the three (its frontier is the frontier of the three) and stage 3 (which adds
+// gathers) is run on its own.
+inline std::vector<int> zero_stages_to_run(const std::vector<int>& stages) {
+  std::vector<int> out;
+  int top = -1;
+  for (const int z : stages) {
+    if (z >= 0 && z <= 2) {
+      top = std::max(top, z);
+    } else if (std::find(out.begin(), out.end(), z) == out.end()) {
+      out.push_back(z);  // 3, or a stage the DP rejects by name
+    }
+  }
+  if (top >= 0) out.insert(out.begin(), top);
+  return out;
+}
+
+// A key equal for two meshes whose DPs give the same frontier: the link level of every axis in
+// axis order, and per level the sizes of its axes. Renaming axes of one level (and size) onto
+// each other maps every spec, strategy and move of one mesh onto the other's at the same cost:
+// a collective's time depends only on its axis's size and link (cost/collectives.hpp), and
+// ZeRO-3's gathers, which run innermost first, keep their order across levels, while within one
+// link level a chain of ring all-gathers costs the same in any order (the (n-1)/n terms
+// telescope to the product's). Pins name axes, so a search with pins keeps every mesh.
+inline std::string mesh_cost_class(const DeviceMesh& mesh, const HardwareProfile& hw) {
+  std::vector<std::pair<std::size_t, std::int64_t>> sizes;
+  std::string key;
+  for (std::size_t i = 0; i < mesh.num_axes(); ++i) {
+    const std::size_t level = axis_link_level(mesh, i, hw);
+    key += concat(level, ',');
+    sizes.emplace_back(level, mesh.axis(i).size);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  key += '|';
+  for (const auto& [level, size] : sizes) key += concat(level, ':', size, ',');
+  return key;
+}
+
+}  // namespace detail
+
 // The joint search (see the design note). `make_graph(micro_batch)` builds the graph for one
 // micro-batch size; `global_batch` is split into m micro-batches for each candidate m.
 template <class MakeGraph>
@@ -344,12 +392,18 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       if (m < 1 || global_batch % m != 0) continue;
       any_micro = true;
       const Graph g = make_graph(global_batch / m);
+      std::vector<std::string> classes;
       for (const DeviceMesh& mesh : meshes) {
+        if (options.pins.empty()) {  // one mesh of each cost class (see mesh_cost_class)
+          std::string key = detail::mesh_cost_class(mesh, hw);
+          if (std::find(classes.begin(), classes.end(), key) != classes.end()) continue;
+          classes.push_back(std::move(key));
+        }
         const StrategyOptions sopt{.precision = options.precision,
                                    .layernorm_stats = options.layernorm_stats,
                                    .dropout_masks = options.dropout_masks};
         const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
-        for (const int zero : options.zero_stages) {
+        for (const int zero : detail::zero_stages_to_run(options.zero_stages)) {
           const DpOptions dp{.precision = options.precision,
                              .layernorm_stats = options.layernorm_stats,
                              .dropout_masks = options.dropout_masks,
@@ -405,6 +459,21 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     }
   }
   const Graph g = make_graph(global_batch / best.micro);
+  // The best plan under the lowest listed ZeRO stage of 0-2 that it fits at: the same time.
+  if (best.dp.zero_stage <= 2) {
+    std::vector<int> lower = options.zero_stages;
+    std::sort(lower.begin(), lower.end());
+    for (const int z : lower) {
+      if (z < 0 || z >= best.dp.zero_stage) continue;
+      DpOptions dp = best.dp;
+      dp.zero_stage = z;
+      if (evaluate_point(g, best.mesh, hw, dp, best.point.strategy, best.point.checkpointed)
+              .peak_bytes <= options.memory_budget) {
+        best.dp = dp;
+        break;
+      }
+    }
+  }
   plan.model = std::string(model);
   set_fingerprint(plan, g);
   detail::describe_plan(plan, g, best.mesh, hw, best.dp, best.point);

@@ -116,21 +116,20 @@ TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier poin
   // one cost class; search() runs one of them, and of ZeRO stages 0-2 only stage 2. The
   // reference runs the DP for every mesh, stage and micro-batch count and merges the frontiers,
   // as search() did before these reductions.
-  HardwareProfile hw = find_hardware_profile("h100");
-  hw.links.front().devices = 1;
-  hw = hardware_for_devices(hw, 8);
-  REQUIRE(detail::mesh_cost_class(parse_mesh("x=2,y=4"), hw) ==
-          detail::mesh_cost_class(parse_mesh("x=4,y=2"), hw));
-  REQUIRE(detail::mesh_cost_class(parse_mesh("x=2,y=4"), hw) !=
-          detail::mesh_cost_class(parse_mesh("x=8"), hw));
-  HardwareProfile nodes_of_two = find_hardware_profile("h100");
-  nodes_of_two.links.front().devices = 2;
-  nodes_of_two = hardware_for_devices(nodes_of_two, 16);
-  // y and x on the network, z in the node: renaming x and y maps one onto the other.
-  REQUIRE(detail::mesh_cost_class(parse_mesh("x=4,y=2,z=2"), nodes_of_two) ==
-          detail::mesh_cost_class(parse_mesh("x=2,y=4,z=2"), nodes_of_two));
-  REQUIRE(detail::mesh_cost_class(parse_mesh("x=4,y=2,z=2"), nodes_of_two) !=
-          detail::mesh_cost_class(parse_mesh("x=2,y=2,z=4"), nodes_of_two));
+  auto cluster = [](std::int64_t per_node, std::int64_t devices) {
+    HardwareProfile hw = find_hardware_profile("h100");
+    hw.links.front().devices = per_node;
+    return hardware_for_devices(hw, devices);
+  };
+  auto same_class = [](const char* a, const char* b, const HardwareProfile& hw) {
+    return detail::mesh_cost_class(parse_mesh(a), hw) == detail::mesh_cost_class(parse_mesh(b), hw);
+  };
+  const HardwareProfile hw = cluster(1, 8);
+  REQUIRE(same_class("x=2,y=4", "x=4,y=2", hw));
+  REQUIRE_FALSE(same_class("x=2,y=4", "x=8", hw));
+  // Nodes of two: y and x on the network, z in the node; renaming x and y maps one onto the other.
+  REQUIRE(same_class("x=4,y=2,z=2", "x=2,y=4,z=2", cluster(2, 16)));
+  REQUIRE_FALSE(same_class("x=4,y=2,z=2", "x=2,y=2,z=4", cluster(2, 16)));
   REQUIRE(detail::zero_stages_to_run({0, 1, 2, 3}) == std::vector<int>{2, 3});
   REQUIRE(detail::zero_stages_to_run({0, 1}) == std::vector<int>{1});
   REQUIRE(detail::zero_stages_to_run({3}) == std::vector<int>{3});

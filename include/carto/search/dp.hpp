@@ -100,6 +100,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -517,10 +518,40 @@ inline std::vector<Label> pareto_filter(std::vector<Label> candidates, double to
     return l.open_saved == 0 && l.open_temp == 0;
   });
   if (!flat) {
-    std::sort(candidates.begin(), candidates.end(),
-              [](const Label& a, const Label& b) { return a.time < b.time; });
+    // In time order (a dominating label sorts before the labels it dominates, so no kept label is
+    // dropped later), each label is checked against buckets of kept labels with the same base and
+    // base + extra, each a staircase of (base + open_saved) -> least base + open_temp. Inside a
+    // checkpointed block every label has extra 0 and a base of a few distinct values (its
+    // input and the parameters' persistent bytes), so a check visits a few staircases instead of
+    // every kept label.
+    auto key = [](const Label& l) {
+      return std::tuple(l.time, l.base, l.base + l.extra, l.base + l.open_saved,
+                        l.base + l.open_temp);
+    };
+    std::sort(candidates.begin(), candidates.end(), [&](const Label& a, const Label& b) {
+      return a.time != b.time ? a.time < b.time : key(a) < key(b);
+    });
+    std::map<std::pair<std::int64_t, std::int64_t>, std::map<std::int64_t, std::int64_t>> buckets;
     std::vector<Label> out;
-    for (const Label& l : candidates) insert_label(out, l);
+    for (const Label& l : candidates) {
+      const std::int64_t b = l.base, e = l.base + l.extra, s = l.base + l.open_saved,
+                         t = l.base + l.open_temp;
+      bool dominated = false;
+      for (auto it = buckets.begin(); it != buckets.end() && it->first.first <= b; ++it) {
+        if (it->first.second > e) continue;
+        const auto j = it->second.upper_bound(s);
+        if (j != it->second.begin() && std::prev(j)->second <= t) {
+          dominated = true;
+          break;
+        }
+      }
+      if (dominated) continue;
+      out.push_back(l);
+      std::map<std::int64_t, std::int64_t>& stair = buckets[{b, e}];
+      auto it = stair.lower_bound(s);
+      while (it != stair.end() && it->second >= t) it = stair.erase(it);
+      stair[s] = t;
+    }
     return out;
   }
   // Sorting (time, index) pairs moves a quarter of the bytes of sorting the labels.

@@ -1042,6 +1042,7 @@ class Dp {
     };
     std::vector<Cursor> heap;
     for (const auto& [state, list] : jobs) {
+      check_deadline();
       const bool all_flat = std::all_of(list.begin(), list.end(), [](const Job& j) {
         return flat(*j.outer) && flat(*j.internal);
       });
@@ -1114,7 +1115,7 @@ class Dp {
         std::pop_heap(heap.begin(), heap.end(), later);
         const Cursor c = heap.back();
         heap.pop_back();
-        ++labels_created_;
+        if ((++labels_created_ & 0xfffff) == 0) check_deadline();  // long merges, too
         const Job& job = list[c.job];
         if (c.j == 0 && lazy[c.job]) {  // the next outer label whose row can still give a label
           Cursor next = c;

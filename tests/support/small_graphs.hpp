@@ -13,7 +13,8 @@ enum class BlockShape { mlp, small, prenorm };
 //   mlp:   y = x + W2·gelu(W1·x)      small: y = x + W·x
 //   prenorm: y = x + W2·dropout(gelu(bias(W1·layernorm(x)))), whose branch after the layernorm is
 //   long enough for the DP's memoized segments (x rides along unread)
-inline Graph make_graph(std::int64_t b, std::int64_t h, std::int64_t f, BlockShape shape, int blocks) {
+inline Graph make_graph(std::int64_t b, std::int64_t h, std::int64_t f, BlockShape shape,
+                        int blocks) {
   Graph g{};
   const TensorId in = g.input(TensorShape{{"b", b}, {"h", h}}, DType::bf16);
   g.begin_group("prefix", GroupKind::layer);

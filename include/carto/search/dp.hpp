@@ -509,10 +509,10 @@ inline bool insert_label(std::vector<Label>& labels, const Label& l) {
 
 // The labels of `candidates` that no other candidate dominates (duplicates keep one). Labels with
 // no open checkpointed block (open_saved = open_temp = 0) are filtered by a sweep in time order
-// over a (base, base + extra) staircase, O(n log n); others by pairwise insertion.
-// With tolerance ε > 0 a candidate is also dropped when a kept label is at most as slow and within
-// a factor (1 + ε) in base and base + extra: the search is then approximate (see
-// DpOptions::tolerance).
+// over a (base, base + extra) staircase, O(n log n); others by a sweep in the same order over
+// staircases bucketed by (base, base + extra). With tolerance ε > 0 a flat candidate is also
+// dropped when a kept label is at most as slow and within a factor (1 + ε) in base and
+// base + extra: the search is then approximate (see DpOptions::tolerance).
 inline std::vector<Label> pareto_filter(std::vector<Label> candidates, double tolerance = 0) {
   const bool flat = std::all_of(candidates.begin(), candidates.end(), [](const Label& l) {
     return l.open_saved == 0 && l.open_temp == 0;

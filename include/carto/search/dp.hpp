@@ -291,6 +291,27 @@ class DpModel {
       if (ops_[k].empty())
         fail("carto: op ", k, " (", to_string_view(g.ops()[k].kind), ") has no strategy left");
     }
+    // The least persistent bytes of the parameters stored from op k on: each is stored in the
+    // spec its first consumer reads it in, so it takes at least the least of that op's choices.
+    param_to_go_.assign(g.num_ops() + 1, 0);
+    for (std::size_t k = g.num_ops(); k-- > 0;) {
+      std::int64_t here = 0;
+      const Op& op = g.ops()[k];
+      for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+        const TensorId t = op.inputs[i];
+        const bool first =
+            std::find(op.inputs.begin(), op.inputs.begin() + static_cast<std::ptrdiff_t>(i), t) ==
+            op.inputs.begin() + static_cast<std::ptrdiff_t>(i);
+        if (g.tensor(t).kind != TensorKind::parameter ||
+            first_use_[t.index()] != static_cast<std::int32_t>(k) || !first)
+          continue;
+        std::int64_t least = std::numeric_limits<std::int64_t>::max();
+        for (const Choice& c : ops_[k])
+          least = std::min(least, parameter_cost(t, c.inputs[i].want).first);
+        here += least;
+      }
+      param_to_go_[k] = param_to_go_[k + 1] + here;
+    }
   }
 
   struct Input {
@@ -318,6 +339,9 @@ class DpModel {
   [[nodiscard]] const DpOptions& options() const { return options_; }
   [[nodiscard]] const std::vector<Choice>& choices(std::size_t k) const { return ops_[k]; }
   [[nodiscard]] std::int32_t last_use(TensorId t) const { return last_use_[t.index()]; }
+  // A lower bound on the persistent bytes the parameters first read at op k or later add to any
+  // plan (k = num_ops: 0).
+  [[nodiscard]] std::int64_t param_bytes_to_go(std::size_t k) const { return param_to_go_[k]; }
   [[nodiscard]] std::int32_t first_use(TensorId t) const { return first_use_[t.index()]; }
   // The first op at or after k that reads t; INT32_MAX if none.
   [[nodiscard]] std::int32_t next_use(TensorId t, std::int32_t k) const {
@@ -326,24 +350,7 @@ class DpModel {
     return it == u.end() ? std::numeric_limits<std::int32_t>::max() : *it;
   }
 
-  ReshardGraph& reshard_graph(TensorId t) {
-    if (graphs_[t.index()] == nullptr) {
-      const TensorInfo& info = g_.tensor(t);
-      const DType dt = info.kind == TensorKind::index ? DType::fp32 : info.dtype;
-      const std::string key = detail::concat(info.shape, '|', dt);
-      auto it = by_shape_.find(key);
-      if (it == by_shape_.end()) {
-        it = by_shape_
-                 .emplace(key, std::make_unique<ReshardGraph>(
-                                   info.shape, dt, mesh_, hw_,
-                                   ReshardOptions{.make_partial = MakePartial::allow}))
-                 .first;
-      }
-      graphs_[t.index()] = it->second.get();
-      bytes_[t.index()].assign(graphs_[t.index()]->size(), -1);
-    }
-    return *graphs_[t.index()];
-  }
+  ReshardGraph& reshard_graph(TensorId t) { return *shared(t).graph; }
   std::uint32_t spec_index(TensorId t, const ShardingSpec& s) {
     return static_cast<std::uint32_t>(reshard_graph(t).index(s, "strategy spec"));
   }
@@ -355,16 +362,23 @@ class DpModel {
   // Bytes a move from `from` to `to` holds beyond its source while it runs and while its result
   // lives: the plan's extra memory, which includes the moved copy (search/evaluate.hpp's move
   // transient); 0 for no move.
+  // Cached per reshard graph (tensors of one shape and dtype share it), one row per source spec.
   std::int64_t move_transient(TensorId t, std::uint32_t from, std::uint32_t to) {
     if (from == to) return 0;
-    const std::uint64_t key = (static_cast<std::uint64_t>(t.index()) << 40) |
-                              (static_cast<std::uint64_t>(from) << 20) | to;
-    auto it = transients_.find(key);
-    if (it == transients_.end()) {
-      const std::int64_t extra = reshard_graph(t).plan(from, to).extra_memory_bytes;
-      it = transients_.emplace(key, std::max(local_bytes(t, to), extra)).first;
-    }
-    return it->second;
+    SharedGraph& sg = shared(t);
+    std::vector<std::int64_t>& row = sg.transient[from];
+    if (row.empty()) row.assign(sg.graph->size(), -1);
+    std::int64_t& v = row[to];
+    if (v < 0) v = std::max(local_bytes(t, to), sg.graph->plan(from, to).extra_memory_bytes);
+    return v;
+  }
+  // The index of spec `i` of t without its Partial axes.
+  std::uint32_t plain_index(TensorId t, std::uint32_t i) {
+    SharedGraph& sg = shared(t);
+    std::uint32_t& p = sg.plain[i];
+    if (p == kNoIndex)
+      p = static_cast<std::uint32_t>(sg.graph->index(without_partial(sg.graph->spec(i)), "spec"));
+    return p;
   }
   std::int64_t local_bytes(TensorId t, std::uint32_t spec_index) {
     ReshardGraph& rg = reshard_graph(t);
@@ -426,10 +440,36 @@ class DpModel {
   std::vector<std::int32_t> first_use_;
   std::vector<std::vector<std::int32_t>> uses_;  // per tensor: the ops that read it, increasing
   std::vector<std::vector<Choice>> ops_;
-  std::vector<ReshardGraph*> graphs_;
+  std::vector<std::int64_t> param_to_go_;
+  // A reshard graph with the caches of the tensors of its shape and dtype.
+  static constexpr std::uint32_t kNoIndex = std::numeric_limits<std::uint32_t>::max();
+  struct SharedGraph {
+    std::unique_ptr<ReshardGraph> graph;
+    std::vector<std::vector<std::int64_t>> transient;  // [from][to], rows filled when used
+    std::vector<std::uint32_t> plain;                  // spec without Partial axes
+  };
+  SharedGraph& shared(TensorId t) {
+    if (graphs_[t.index()] == nullptr) {
+      const TensorInfo& info = g_.tensor(t);
+      const DType dt = info.kind == TensorKind::index ? DType::fp32 : info.dtype;
+      const std::string key = detail::concat(info.shape, '|', dt);
+      auto it = by_shape_.find(key);
+      if (it == by_shape_.end()) {
+        SharedGraph sg;
+        sg.graph = std::make_unique<ReshardGraph>(
+            info.shape, dt, mesh_, hw_, ReshardOptions{.make_partial = MakePartial::allow});
+        sg.transient.resize(sg.graph->size());
+        sg.plain.assign(sg.graph->size(), kNoIndex);
+        it = by_shape_.emplace(key, std::move(sg)).first;
+      }
+      graphs_[t.index()] = &it->second;
+      bytes_[t.index()].assign(it->second.graph->size(), -1);
+    }
+    return *graphs_[t.index()];
+  }
+  std::vector<SharedGraph*> graphs_;
   std::vector<std::vector<std::int64_t>> bytes_;
-  std::unordered_map<std::uint64_t, std::int64_t> transients_;
-  std::map<std::string, std::unique_ptr<ReshardGraph>> by_shape_;
+  std::map<std::string, SharedGraph> by_shape_;
 };
 
 // A live tensor in a DP state.
@@ -637,6 +677,31 @@ class Dp {
     std::sort(v.begin(), v.end(), [](const Live& a, const Live& b) { return a.tensor < b.tensor; });
   }
 
+  // The budget for the peak of a label at op position `pos` (before op pos runs): the memory
+  // budget less what every completion adds for sure — the least persistent bytes of the parameters
+  // still to be stored, and, inside a memoized table (labels from a zero label at its first op
+  // `start`), those of the parameters stored before `start`, which every outer label it is
+  // combined with already holds (table_offset_). Identical blocks store identical parameters, so
+  // the first block's offsets hold for every block that shares its table. Dropping a label over
+  // it is exact: its every completion's peak is over the budget.
+  std::int64_t budget_at(std::int32_t pos) const {
+    const std::int64_t budget = m_.options().memory_budget;
+    if (budget == std::numeric_limits<std::int64_t>::max()) return budget;
+    return budget - table_offset_ - m_.param_bytes_to_go(static_cast<std::size_t>(pos));
+  }
+  // Sets table_offset_ for a table that starts at op `start` while it lives; restores it after.
+  struct TableScope {
+    Dp& dp;
+    std::int64_t saved;
+    TableScope(Dp& d, std::int32_t start) : dp(d), saved(d.table_offset_) {
+      dp.table_offset_ =
+          dp.m_.param_bytes_to_go(0) - dp.m_.param_bytes_to_go(static_cast<std::size_t>(start));
+    }
+    ~TableScope() { dp.table_offset_ = saved; }
+    TableScope(const TableScope&) = delete;
+    TableScope& operator=(const TableScope&) = delete;
+  };
+
   void check_deadline() const {
     if (m_.options().deadline != std::chrono::steady_clock::time_point::max() &&
         std::chrono::steady_clock::now() > m_.options().deadline) {
@@ -708,7 +773,7 @@ class Dp {
         }
       }
     }
-    return filter_pending(pending, links);
+    return filter_pending(pending, links, budget_at(static_cast<std::int32_t>(k) + 1));
   }
 
   // The cost of op k with choice c from `state` (label-independent), and the next state.
@@ -779,7 +844,7 @@ class Dp {
               std::max(backward_moves, m_.move_transient(t, in.want_plain, stored.spec));
         }
       } else if (info.kind == TensorKind::activation && info.producer.valid()) {
-        const std::uint32_t needed = m_.spec_index(t, without_partial(m_.spec(t, stored.spec)));
+        const std::uint32_t needed = m_.plain_index(t, stored.spec);
         if (in.grad != needed) {
           const double back = m_.move_time(t, in.grad, needed);
           if (!(back < std::numeric_limits<double>::infinity())) return false;
@@ -876,10 +941,44 @@ class Dp {
   }
 
   // ---- memoized blocks ----
+  static bool flat(const std::vector<Label>& labels) {
+    return std::all_of(labels.begin(), labels.end(),
+                       [](const Label& l) { return l.open_saved == 0 && l.open_temp == 0; });
+  }
+  // Whether labels are sorted like combine_jobs' heap: by time, then base, then extra.
+  static bool in_order(const Label& a, const Label& b) {
+    if (a.time != b.time) return a.time < b.time;
+    if (a.base != b.base) return a.base < b.base;
+    return a.extra < b.extra;
+  }
+  static bool sorted(const std::vector<Label>& labels) {
+    return std::is_sorted(labels.begin(), labels.end(), in_order);
+  }
+  // Per position j of an internal list: the least base and base + extra from j to its end.
+  struct SuffixMinima {
+    std::vector<std::int64_t> base;
+    std::vector<std::int64_t> peak;
+  };
   struct BlockExit {
     std::vector<Live> live;     // relative to the first block's tensors
     std::vector<Label> labels;  // internal, from a zero label, closed
+    SuffixMinima suffix{};
+    bool flat = true;
   };
+  static BlockExit make_exit(std::vector<Live> live, std::vector<Label> labels) {
+    BlockExit x{.live = std::move(live), .labels = std::move(labels)};
+    x.flat = flat(x.labels);
+    x.suffix.base.resize(x.labels.size());
+    x.suffix.peak.resize(x.labels.size());
+    std::int64_t b = std::numeric_limits<std::int64_t>::max(), p = b;
+    for (std::size_t j = x.labels.size(); j-- > 0;) {
+      b = std::min(b, x.labels[j].base);
+      p = std::min(p, x.labels[j].base + x.labels[j].extra);
+      x.suffix.base[j] = b;
+      x.suffix.peak[j] = p;
+    }
+    return x;
+  }
   using ExitKey =
       std::tuple<std::uint32_t, bool, std::int64_t, bool>;  // spec, saved, bytes, checkpoint
 
@@ -960,10 +1059,11 @@ class Dp {
     Label zero{};
     if (checkpoint) zero.base = entry.bytes;
     f[s0].push_back(zero);
+    const TableScope scope(*this, grp.first_op);
     f = run_ops(grp.first_op, grp.end_op, std::move(f));
     f = end_group(f);
     std::vector<BlockExit> exits;
-    for (auto& [state, labels] : f) exits.push_back({state.live, labels});
+    for (auto& [state, labels] : f) exits.push_back(make_exit(state.live, std::move(labels)));
     return exits_.emplace(key, std::move(exits)).first->second;
   }
 
@@ -983,50 +1083,24 @@ class Dp {
   // state; `link` becomes the trace of each pair.
   struct Job {
     const std::vector<Label>* outer = nullptr;
-    const std::vector<Label>* internal = nullptr;
+    const BlockExit* exit = nullptr;
     Trace link{};
+    bool outer_flat = true;    // flat(*outer)
+    bool outer_sorted = true;  // sorted(*outer)
   };
   using Jobs = std::unordered_map<State, std::vector<Job>, StateHash>;
-
-  // Per position j of a flat internal list: the least base and base + extra from j to its end.
-  struct SuffixMinima {
-    std::vector<std::int64_t> base;
-    std::vector<std::int64_t> peak;
-  };
-  std::unordered_map<const std::vector<Label>*, SuffixMinima> suffix_{};
-  const SuffixMinima& suffix_minima(const std::vector<Label>& labels) {
-    auto [it, fresh] = suffix_.try_emplace(&labels);
-    if (fresh) {
-      SuffixMinima& sm = it->second;
-      sm.base.resize(labels.size());
-      sm.peak.resize(labels.size());
-      std::int64_t b = std::numeric_limits<std::int64_t>::max(), p = b;
-      for (std::size_t j = labels.size(); j-- > 0;) {
-        b = std::min(b, labels[j].base);
-        p = std::min(p, labels[j].base + labels[j].extra);
-        sm.base[j] = b;
-        sm.peak[j] = p;
-      }
-    }
-    return it->second;
-  }
-
-  static bool flat(const std::vector<Label>& labels) {
-    return std::all_of(labels.begin(), labels.end(),
-                       [](const Label& l) { return l.open_saved == 0 && l.open_temp == 0; });
-  }
 
   // The Pareto-optimal pairs of every next state. Flat labels (no open checkpointed block) come
   // out of pareto_filter sorted by (time, base, extra), so each outer label followed by the
   // internal list is a sorted stream: a heap merges the streams in that order through the same
   // staircase pareto_filter uses, without materializing or sorting the pairs. Others go through
   // pareto_filter.
-  Frontier combine_jobs(const Jobs& jobs) {
+  Frontier combine_jobs(const Jobs& jobs, std::int32_t pos) {
     Frontier out;
     Frontier pending;
     std::vector<Trace> links;
     const double tolerance = m_.options().tolerance;
-    const std::int64_t budget = m_.options().memory_budget;
+    const std::int64_t budget = budget_at(pos);
     struct Cursor {
       double time;
       std::int64_t base;
@@ -1043,15 +1117,14 @@ class Dp {
     std::vector<Cursor> heap;
     for (const auto& [state, list] : jobs) {
       check_deadline();
-      const bool all_flat = std::all_of(list.begin(), list.end(), [](const Job& j) {
-        return flat(*j.outer) && flat(*j.internal);
-      });
+      const bool all_flat = std::all_of(list.begin(), list.end(),
+                                        [](const Job& j) { return j.outer_flat && j.exit->flat; });
       if (!all_flat) {
         std::vector<Label>& dst = pending[state];
         for (const Job& job : list) {
           Trace link = job.link;
           for (const Label& l : *job.outer) {
-            for (const Label& i : *job.internal) {
+            for (const Label& i : job.exit->labels) {
               Label n = combine(l, i);
               n.trace = static_cast<std::int32_t>(links.size());
               link.parent = l.trace;
@@ -1066,7 +1139,7 @@ class Dp {
       }
       heap.clear();
       auto cursor = [&](std::uint32_t job, std::uint32_t i, std::uint32_t j) {
-        const Label n = combine((*list[job].outer)[i], (*list[job].internal)[j]);
+        const Label n = combine((*list[job].outer)[i], list[job].exit->labels[j]);
         return Cursor{n.time, n.base, n.extra, job, i, j};
       };
       std::map<std::int64_t, std::int64_t> stair;  // as in pareto_filter
@@ -1093,16 +1166,11 @@ class Dp {
       // A job whose outer labels are sorted like the heap starts with its first pair only: pair
       // (i + 1, 0) follows no earlier than (i, 0), so it is pushed when (i, 0) is popped and the
       // heap holds one cursor per live stream instead of one per outer label.
-      auto in_order = [](const Label& a, const Label& b) {
-        if (a.time != b.time) return a.time < b.time;
-        if (a.base != b.base) return a.base < b.base;
-        return a.extra < b.extra;
-      };
       std::vector<bool> lazy(list.size());
       for (std::uint32_t job = 0; job < list.size(); ++job) {
-        if (list[job].internal->empty() || list[job].outer->empty()) continue;
-        suffixes[job] = &suffix_minima(*list[job].internal);
-        lazy[job] = std::is_sorted(list[job].outer->begin(), list[job].outer->end(), in_order);
+        if (list[job].exit->labels.empty() || list[job].outer->empty()) continue;
+        suffixes[job] = &list[job].exit->suffix;
+        lazy[job] = list[job].outer_sorted;
         const std::uint32_t n = lazy[job] ? 1 : static_cast<std::uint32_t>(list[job].outer->size());
         for (std::uint32_t i = 0; i < n; ++i) heap.push_back(cursor(job, i, 0));
       }
@@ -1128,14 +1196,14 @@ class Dp {
         }
         const std::int64_t peak = c.base + c.extra;
         const bool keep = peak <= budget && !dominated(c.base, peak);
-        if (c.j + 1 < job.internal->size() && (keep || alive(c, c.j + 1)))
+        if (c.j + 1 < job.exit->labels.size() && (keep || alive(c, c.j + 1)))
           push(cursor(c.job, c.i, c.j + 1));
         if (!keep) continue;
         auto it = stair.lower_bound(c.base);
         while (it != stair.end() && it->second >= peak) it = stair.erase(it);
         stair[c.base] = peak;
         const Label& l = (*job.outer)[c.i];
-        const Label& i = (*job.internal)[c.j];
+        const Label& i = job.exit->labels[c.j];
         Label n = combine(l, i);
         Trace link = job.link;
         link.parent = l.trace;
@@ -1145,14 +1213,14 @@ class Dp {
       }
       if (!kept.empty()) out[state] = std::move(kept);
     }
-    for (auto& [state, labels] : filter_pending(pending, links)) out[state] = std::move(labels);
+    for (auto& [state, labels] : filter_pending(pending, links, budget))
+      out[state] = std::move(labels);
     return out;
   }
 
   // Keeps the Pareto-optimal candidates of every state; candidates' `trace` indexes `links`.
-  Frontier filter_pending(Frontier& pending, const std::vector<Trace>& links) {
+  Frontier filter_pending(Frontier& pending, const std::vector<Trace>& links, std::int64_t budget) {
     Frontier out;
-    const std::int64_t budget = m_.options().memory_budget;
     for (auto& [state, candidates] : pending) {
       if (budget < std::numeric_limits<std::int64_t>::max()) {
         std::erase_if(candidates, [budget](const Label& l) { return l.base + l.extra > budget; });
@@ -1173,6 +1241,7 @@ class Dp {
     Jobs jobs;
     for (const auto& [state, labels] : in) {
       check_deadline();
+      const bool outer_flat = flat(labels), outer_sorted = sorted(labels);
       std::vector<Live> rest;
       Live entry{};
       bool found = false;
@@ -1196,14 +1265,15 @@ class Dp {
             next.live.push_back(l);
           }
           sort_live(next.live);
-          jobs[next].push_back(
-              {.outer = &labels,
-               .internal = &exit.labels,
-               .link = {.group = gi, .ops_offset = ops_offset, .checkpoint = ckpt}});
+          jobs[next].push_back({.outer = &labels,
+                                .exit = &exit,
+                                .link = {.group = gi, .ops_offset = ops_offset, .checkpoint = ckpt},
+                                .outer_flat = outer_flat,
+                                .outer_sorted = outer_sorted});
         }
       }
     }
-    return combine_jobs(jobs);
+    return combine_jobs(jobs, g_.groups()[static_cast<std::size_t>(gi)].end_op);
   }
 
   // ---- memoized segments inside a block ----
@@ -1269,9 +1339,10 @@ class Dp {
     if (it != table.end()) return it->second;
     Frontier f;
     f[entry].push_back(Label{});
+    const TableScope scope(*this, a);
     f = run_ops(a, e, std::move(f));
     std::vector<BlockExit> exits;
-    for (auto& [state, labels] : f) exits.push_back({state.live, labels});
+    for (auto& [state, labels] : f) exits.push_back(make_exit(state.live, std::move(labels)));
     return segments_[{a, e}].emplace(entry, std::move(exits)).first->second;
   }
 
@@ -1279,6 +1350,7 @@ class Dp {
     Jobs jobs;
     for (const auto& [state, labels] : in) {
       check_deadline();
+      const bool outer_flat = flat(labels), outer_sorted = sorted(labels);
       // The open block's input bytes matter only when the block closes, after the segment.
       State entry{.checkpoint = state.checkpoint};
       std::vector<Live> riders;
@@ -1291,10 +1363,13 @@ class Dp {
                    .checkpoint_input = state.checkpoint_input};
         next.live.insert(next.live.end(), exit.live.begin(), exit.live.end());
         sort_live(next.live);
-        jobs[next].push_back({.outer = &labels, .internal = &exit.labels});
+        jobs[next].push_back({.outer = &labels,
+                              .exit = &exit,
+                              .outer_flat = outer_flat,
+                              .outer_sorted = outer_sorted});
       }
     }
-    return combine_jobs(jobs);
+    return combine_jobs(jobs, e);
   }
 
   // ---- traces and results ----
@@ -1356,6 +1431,7 @@ class Dp {
   std::vector<Trace> traces_{};
   std::size_t traces_used_ = 0;
   std::size_t labels_created_ = 0;
+  std::int64_t table_offset_ = 0;  // see budget_at
 };
 
 }  // namespace detail

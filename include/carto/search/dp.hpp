@@ -153,6 +153,11 @@ struct DpOptions {
   // Bytes per device. A partial plan whose peak already exceeds it is dropped (costs only grow):
   // the frontier then holds exactly the frontier's points that fit. The default keeps everything.
   std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max();
+  // Minimize the peak alone: step times are not tracked (every label's time is 0), so a state keeps
+  // only the labels no other beats in memory, and the frontier is one point, a plan with the least
+  // peak of any plan (its time_s is 0; evaluate_point prices it). What an infeasible budget's error
+  // needs, at a fraction of the frontier's cost.
+  bool least_memory = false;
   // Past this point in time the DP stops with a carto::Error (a caller's limit on search time).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
@@ -906,6 +911,7 @@ class Dp {
     } else {
       d.base += saved;
     }
+    if (m_.options().least_memory) d.time = 0;
     return true;
   }
 

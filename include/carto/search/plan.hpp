@@ -8,11 +8,12 @@
 // the global batch — merges the frontiers, and returns the fastest plan whose peak fits the budget,
 // with the merged frontier of the plans that fit (the DP drops partial plans over the budget, which
 // is exact for them and makes a tight budget cheaper to search). No plan fits: a carto::Error that
-// states the least memory any plan needs and which plan that is (found by a second sweep without
-// the budget). Two reductions keep that exact while running fewer DPs: of ZeRO stages 0-2 only
-// the highest listed is searched (the others take the same time with no less memory; the chosen
-// plan is then reported under the lowest listed stage it fits at), and of meshes that differ only
-// by a renaming of axes with the same size and link, only the first (detail::mesh_cost_class).
+// states the least memory any plan needs and which plan that is (found by a second sweep whose
+// DPs minimize the peak alone, DpOptions::least_memory). Two reductions keep that exact while
+// running fewer DPs: of ZeRO stages 0-2 only the highest listed is searched (the others take the
+// same time with no less memory; the chosen plan is then reported under the lowest listed stage it
+// fits at), and of meshes that differ only by a renaming of axes with the same size and link, only
+// the first (detail::mesh_cost_class).
 //
 // Op names: "<group>.<kind><n>", n counting ops of that kind within the group (block.3.einsum0 is
 // the fused QKV projection of block 3). A pin "NAME=SPEC" keeps only the strategies of the named op
@@ -386,8 +387,9 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
                    " devices; the search is for ", devices, " devices");
     }
   }
-  // Every outer choice; the DP drops partial plans over `budget`.
-  auto sweep = [&](std::int64_t budget) {
+  // Every outer choice; the DP drops partial plans over `budget`. `least_memory`: each DP minimizes
+  // the peak alone (for the error of an infeasible budget).
+  auto sweep = [&](std::int64_t budget, bool least_memory) {
     for (const std::int64_t m : options.micro_batches) {
       if (m < 1 || global_batch % m != 0) continue;
       any_micro = true;
@@ -410,8 +412,9 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
                              .zero_stage = zero,
                              .micro_batches = m,
                              .checkpoint = options.checkpoint,
-                             .tolerance = options.tolerance,
+                             .tolerance = least_memory ? 0.0 : options.tolerance,
                              .memory_budget = budget,
+                             .least_memory = least_memory,
                              .deadline = deadline};
           const DpResult r = dp_frontier(g, mesh, hw, dp, filter);
           for (const DpPoint& p : r.frontier) {
@@ -433,13 +436,20 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       }
     }
   };
-  sweep(options.memory_budget);
+  sweep(options.memory_budget, false);
   if (!any_micro) {
     detail::fail("carto: no micro-batch count in the candidates divides the global batch ",
                  global_batch);
   }
   if (!best.found) {
-    sweep(std::numeric_limits<std::int64_t>::max());  // only to name the least memory
+    sweep(std::numeric_limits<std::int64_t>::max(), true);  // only to name the least memory
+    {
+      DpOptions dp = least.dp;
+      dp.least_memory = false;
+      least.time = evaluate_point(make_graph(global_batch / least.micro), least.mesh, hw, dp,
+                                  least.point.strategy, least.point.checkpointed)
+                       .time_s;
+    }
     detail::fail("carto: no plan fits the memory budget of ", format_bytes(options.memory_budget),
                  " per device; the least memory any plan needs is ",
                  format_bytes(least.point.peak_bytes), " (", least.point.peak_bytes,

@@ -167,3 +167,40 @@ TEST_CASE("carto-plan plan: JSON fields, the frontier and a budget no plan meets
   REQUIRE(pin.code == 2);
   REQUIRE_THAT(pin.output, Catch::Contains("pin 'nothing=R' names no op"));
 }
+
+TEST_CASE("carto-plan plan --mesh searches one mesh; --time-limit stops the search",
+          "[tools][plan]") {
+  const std::string model =
+      "plan --layers 2 --hidden 32 --heads 4 --vocab 64 --seq 16 --batch 4 --memory 1GiB ";
+  // Without --mesh the search would name its axis x and also try 2x2.
+  const Run one = run(model + "--devices 4 --mesh a=4 --json");
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  const Json j = Json::parse(one.output);
+  const auto& axes = j.at("mesh").as_array();
+  REQUIRE(axes.size() == 1);
+  REQUIRE(axes[0].at("name").as_string() == "a");
+  REQUIRE(axes[0].at("size").as_int() == 4);
+  REQUIRE(!j.at("frontier").as_array().empty());
+  for (const Json& f : j.at("frontier").as_array()) REQUIRE(f.at("mesh").as_string() == "{a:4}");
+  const std::pair<const char*, const char*> bad[] = {
+      {"--devices 4 --mesh x=8", "--mesh x=8 has 8 devices; --devices is 4"},
+      {"--devices 4 --mesh x=", "--mesh:"},
+      {"--devices 4 --time-limit 0", "--time-limit needs a positive number of seconds, got '0'"},
+      {"--devices 4 --time-limit soon",
+       "--time-limit needs a positive number of seconds, got 'soon'"},
+  };
+  for (const auto& [args, message] : bad) {
+    const Run r = run(model + args);
+    INFO(args << "\n" << r.output);
+    REQUIRE(r.code == 2);
+    REQUIRE_THAT(r.output, Catch::Contains(message));
+  }
+  // A search that cannot finish in a millisecond stops with an error saying so.
+  const Run stopped =
+      run("plan --layers 4 --hidden 256 --heads 8 --vocab 1024 --seq 128 --batch 8 --devices 8 "
+          "--memory 80GiB --tolerance 0 --time-limit 0.001");
+  INFO(stopped.output);
+  REQUIRE(stopped.code == 2);
+  REQUIRE_THAT(stopped.output, Catch::Contains("the search passed its time limit"));
+}

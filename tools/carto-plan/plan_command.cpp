@@ -37,6 +37,9 @@ std::vector<cli::FlagSpec> plan_flags() {
           {"pin", true,
            "OP=SPEC: fix an op's output spec (op names as printed, '*' matches any text)", true},
           {"mesh-axes", true, "search logical meshes of at most this many axes, 1-3 (default 3)"},
+          {"mesh", true,
+           "search this logical mesh only (x=8,y=128: axis sizes, the last axis innermost)"},
+          {"time-limit", true, "stop the search after this many seconds (default: no limit)"},
           {"tolerance", true,
            "memory tolerance of the pruning (default 0.02; 0 = exact, slow on deep models)"},
           {"frontier", false, "also print the time/memory frontier"},
@@ -133,6 +136,29 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
   if (auto v = flags.positive("mesh-axes")) {
     if (*v > 3) throw cli::UsageError("plan: --mesh-axes is 1, 2 or 3, got " + std::to_string(*v));
     options.max_mesh_axes = static_cast<std::size_t>(*v);
+  }
+  if (auto v = flags.text("mesh")) {
+    DeviceMesh mesh;
+    try {
+      mesh = parse_mesh(*v);
+    } catch (const Error& e) {
+      throw cli::UsageError(std::string("plan: --mesh: ") + e.what());
+    }
+    if (mesh.num_devices() != devices) {
+      throw cli::UsageError("plan: --mesh " + *v + " has " + std::to_string(mesh.num_devices()) +
+                            " devices; --devices is " + std::to_string(devices));
+    }
+    options.meshes = {mesh};
+  }
+  if (auto v = flags.text("time-limit")) {
+    std::istringstream in(*v);
+    double t = -1;
+    in >> t;
+    if (v->empty() || in.fail() || !in.eof() || !(t > 0)) {
+      throw cli::UsageError("plan: --time-limit needs a positive number of seconds, got '" + *v +
+                            "'");
+    }
+    options.time_limit_s = t;
   }
 
   const ProfileOptions profile{.precision = options.precision};

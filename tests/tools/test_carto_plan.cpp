@@ -15,12 +15,14 @@ namespace {
 using carto::testing::Run;
 Run run(const std::string& args) { return carto::testing::run_carto_plan(args); }
 
-Json profile_json(const std::string& args) {
-  const Run r = run("profile " + args + " --json");
+// The JSON a successful `carto-plan COMMAND ... --json` prints.
+Json command_json(const std::string& args) {
+  const Run r = run(args + " --json");
   INFO(r.output);
   REQUIRE(r.code == 0);
   return Json::parse(r.output);
 }
+Json profile_json(const std::string& args) { return command_json("profile " + args); }
 
 struct Model {
   const char* name;
@@ -123,10 +125,7 @@ TEST_CASE("carto-plan plan: JSON fields, the frontier and a budget no plan meets
           "[tools][plan]") {
   const std::string model =
       "plan --layers 2 --hidden 32 --heads 4 --vocab 64 --seq 16 --devices 2 --batch 4 ";
-  const Run r = run(model + "--memory 1GiB --micro-batches 1,2 --json");
-  INFO(r.output);
-  REQUIRE(r.code == 0);
-  const Json j = Json::parse(r.output);
+  const Json j = command_json(model + "--memory 1GiB --micro-batches 1,2");
   REQUIRE(j.at("mesh").as_array().size() == 1);
   REQUIRE(j.at("mesh").as_array()[0].at("size").as_int() == 2);
   REQUIRE(j.at("zero_stage").as_int() >= 0);
@@ -173,10 +172,7 @@ TEST_CASE("carto-plan plan --mesh searches one mesh; --time-limit stops the sear
   const std::string model =
       "plan --layers 2 --hidden 32 --heads 4 --vocab 64 --seq 16 --batch 4 --memory 1GiB ";
   // Without --mesh the search would name its axis x and also try 2x2.
-  const Run one = run(model + "--devices 4 --mesh a=4 --json");
-  INFO(one.output);
-  REQUIRE(one.code == 0);
-  const Json j = Json::parse(one.output);
+  const Json j = command_json(model + "--devices 4 --mesh a=4");
   const auto& axes = j.at("mesh").as_array();
   REQUIRE(axes.size() == 1);
   REQUIRE(axes[0].at("name").as_string() == "a");

@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -173,5 +174,38 @@ TEST_CASE("the DP's choices on a GPT block match their evaluation", "[search][dp
       REQUIRE(same_time(c.time_s, p.time_s));
       REQUIRE(c.peak_bytes == p.peak_bytes);
     }
+  }
+}
+
+TEST_CASE("a pruning tolerance keeps the fastest plan; a bad one is an error", "[search][dp]") {
+  // Tolerance pruning drops a label only for one at most as slow, so the fastest time is exact;
+  // any ε ≥ 0 works (a huge one keeps about one label per state without overflowing).
+  const Graph g =
+      build_gpt({.name = "tiny", .layers = 2, .hidden = 32, .heads = 4, .vocab = 64, .seq = 16},
+                {.batch = 4});
+  const DeviceMesh mesh = parse_mesh("x=2");
+  const HardwareProfile hw = find_hardware_profile("h100");
+  const DpOptions exact{.micro_batches = 2};
+  const DpResult all = dp_frontier(g, mesh, hw, exact);
+  for (const double eps : {0.02, 1.0, 1e12}) {
+    INFO("tolerance " << eps);
+    DpOptions o = exact;
+    o.tolerance = eps;
+    const DpResult r = dp_frontier(g, mesh, hw, o);
+    REQUIRE(!r.frontier.empty());
+    REQUIRE(r.frontier.size() <= all.frontier.size());
+    REQUIRE(same_time(r.frontier.front().time_s, all.frontier.front().time_s));
+    for (const DpPoint& p : r.frontier) {
+      const PointCost c = evaluate_point(g, mesh, hw, o, p.strategy, p.checkpointed);
+      REQUIRE(same_time(c.time_s, p.time_s));
+      REQUIRE(c.peak_bytes == p.peak_bytes);
+    }
+  }
+  for (const double bad :
+       {-0.5, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    DpOptions o = exact;
+    o.tolerance = bad;
+    REQUIRE_THROWS_WITH(dp_frontier(g, mesh, hw, o),
+                        Catch::Contains("the pruning tolerance must be a finite number"));
   }
 }

@@ -261,6 +261,9 @@ class DpModel {
     }
     if (options.micro_batches < 1)
       fail("carto: micro-batches must be at least 1; got ", options.micro_batches);
+    if (!(options.tolerance >= 0) || !std::isfinite(options.tolerance))
+      fail("carto: the pruning tolerance must be a finite number ≥ 0 (0 = exact); got ",
+           options.tolerance);
     const std::size_t nt = g.tensors().size();
     last_use_.assign(nt, -1);
     first_use_.assign(nt, -1);
@@ -552,6 +555,16 @@ inline bool insert_label(std::vector<Label>& labels, const Label& l) {
   return true;
 }
 
+// v enlarged by the pruning tolerance ε: v + ε·v, saturating at the largest int64 (so any ε ≥ 0
+// is safe; a large ε keeps about one label per state, the fastest).
+inline std::int64_t with_tolerance(std::int64_t v, double tolerance) {
+  if (tolerance == 0) return v;
+  const double add = tolerance * static_cast<double>(v);
+  constexpr auto top = std::numeric_limits<std::int64_t>::max();
+  if (add >= static_cast<double>(top - v)) return top;
+  return v + static_cast<std::int64_t>(add);
+}
+
 // The labels of `candidates` that no other candidate dominates (duplicates keep one). Labels with
 // no open checkpointed block (open_saved = open_temp = 0) are filtered by a sweep in time order
 // over a (base, base + extra) staircase, O(n log n); others by a sweep in the same order over
@@ -614,9 +627,7 @@ inline std::vector<Label> pareto_filter(std::vector<Label> candidates, double to
   std::vector<Label> out;
   for (const auto& [time, index] : order) {
     const Label& l = candidates[index];
-    const auto slack = [tolerance](std::int64_t v) {
-      return tolerance == 0 ? v : v + static_cast<std::int64_t>(tolerance * static_cast<double>(v));
-    };
+    const auto slack = [tolerance](std::int64_t v) { return with_tolerance(v, tolerance); };
     const std::int64_t peak = l.base + l.extra;
     auto it = stair.upper_bound(slack(l.base));
     if (it != stair.begin() && std::prev(it)->second <= slack(peak)) continue;  // dominated
@@ -1150,10 +1161,7 @@ class Dp {
       };
       std::map<std::int64_t, std::int64_t> stair;  // as in pareto_filter
       std::vector<Label> kept;
-      auto slack = [tolerance](std::int64_t v) {
-        return tolerance == 0 ? v
-                              : v + static_cast<std::int64_t>(tolerance * static_cast<double>(v));
-      };
+      auto slack = [tolerance](std::int64_t v) { return with_tolerance(v, tolerance); };
       std::vector<const SuffixMinima*> suffixes(list.size());
       auto dominated = [&](std::int64_t base, std::int64_t peak) {
         const auto it = stair.upper_bound(slack(base));

@@ -1,5 +1,6 @@
 // The joint search's outer loops, pins, Plan JSON and the budget error, on a tiny GPT over two
 // devices (meshes {x:2}); every predicted figure is re-derived by evaluate_point.
+#include <algorithm>
 #include <carto/cost.hpp>
 #include <carto/layers.hpp>
 #include <carto/search/plan.hpp>
@@ -14,6 +15,60 @@ namespace {
 const GptConfig kTiny{
     .name = "tiny", .layers = 2, .hidden = 32, .heads = 4, .vocab = 64, .seq = 16};
 Graph tiny_graph(std::int64_t micro_batch) { return build_gpt(kTiny, {.batch = micro_batch}); }
+
+// Two MLP blocks (B=16/m, H=8, F=16) per micro-batch of m, for the outer-loop tests.
+Graph mlp_blocks(std::int64_t b) {
+  return testing::make_graph(b, 8, 16, testing::BlockShape::mlp, 2);
+}
+constexpr std::int64_t kMlpBatch = 16;
+
+HardwareProfile cluster(std::int64_t per_node, std::int64_t devices) {
+  HardwareProfile hw = find_hardware_profile("h100");
+  hw.links.front().devices = per_node;
+  return hardware_for_devices(hw, devices);
+}
+
+struct Point {
+  double time_s;
+  std::int64_t peak_bytes;
+};
+
+// What search() did before its outer reductions: the DP for every mesh of 8 devices (1-2 axes),
+// every ZeRO stage and every micro-batch count of `options`, frontiers merged; with
+// `mesh_order`, in the space of mesh_order_filter.
+std::vector<Point> full_outer_loop(const HardwareProfile& hw, const SearchOptions& options,
+                                   bool mesh_order) {
+  std::vector<Point> points;
+  for (const std::int64_t m : options.micro_batches) {
+    const Graph g = mlp_blocks(kMlpBatch / m);
+    for (const DeviceMesh& mesh : mesh_candidates(8, 2)) {
+      const StrategyFilter filter = mesh_order ? mesh_order_filter(g, mesh, {}) : StrategyFilter{};
+      for (const int z : {0, 1, 2, 3}) {
+        for (const DpPoint& p :
+             dp_frontier(g, mesh, hw, {.zero_stage = z, .micro_batches = m}, filter).frontier)
+          points.push_back({p.time_s, p.peak_bytes});
+      }
+    }
+  }
+  std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
+    return a.time_s != b.time_s ? a.time_s < b.time_s : a.peak_bytes < b.peak_bytes;
+  });
+  std::vector<Point> reference;
+  for (const Point& p : points) {
+    if (reference.empty() || p.peak_bytes < reference.back().peak_bytes) reference.push_back(p);
+  }
+  detail::drop_time_ties(reference);
+  return reference;
+}
+
+void require_same_frontier(const Plan& plan, const std::vector<Point>& reference) {
+  REQUIRE(plan.frontier.size() == reference.size());
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    INFO("frontier point " << i);
+    REQUIRE(plan.frontier[i].time_s == Approx(reference[i].time_s).epsilon(1e-9));
+    REQUIRE(plan.frontier[i].peak_bytes == reference[i].peak_bytes);
+  }
+}
 }  // namespace
 
 TEST_CASE("mesh candidates are every factorisation into 1-3 axes", "[search][plan]") {
@@ -116,11 +171,6 @@ TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier poin
   // one cost class; search() runs one of them, and of ZeRO stages 0-2 only stage 2. The
   // reference runs the DP for every mesh, stage and micro-batch count and merges the frontiers,
   // as search() did before these reductions.
-  auto cluster = [](std::int64_t per_node, std::int64_t devices) {
-    HardwareProfile hw = find_hardware_profile("h100");
-    hw.links.front().devices = per_node;
-    return hardware_for_devices(hw, devices);
-  };
   auto same_class = [](const char* a, const char* b, const HardwareProfile& hw) {
     return detail::mesh_cost_class(parse_mesh(a), hw) == detail::mesh_cost_class(parse_mesh(b), hw);
   };
@@ -134,44 +184,13 @@ TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier poin
   REQUIRE(detail::zero_stages_to_run({0, 1}) == std::vector<int>{1});
   REQUIRE(detail::zero_stages_to_run({3}) == std::vector<int>{3});
 
-  // Two MLP blocks (B=16/m, H=8, F=16) per micro-batch of m.
-  auto blocks = [](std::int64_t b) {
-    return testing::make_graph(b, 8, 16, testing::BlockShape::mlp, 2);
-  };
-  const std::int64_t batch = 16;
   SearchOptions options;
   options.micro_batches = {1, 2};
   options.max_mesh_axes = 2;
-  struct Point {
-    double time_s;
-    std::int64_t peak_bytes;
-  };
-  std::vector<Point> points;  // every DP's frontier, merged below
-  for (const std::int64_t m : options.micro_batches) {
-    const Graph g = blocks(batch / m);
-    for (const DeviceMesh& mesh : mesh_candidates(8, 2)) {
-      for (const int z : {0, 1, 2, 3}) {
-        for (const DpPoint& p :
-             dp_frontier(g, mesh, hw, {.zero_stage = z, .micro_batches = m}).frontier)
-          points.push_back({p.time_s, p.peak_bytes});
-      }
-    }
-  }
-  std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
-    return a.time_s != b.time_s ? a.time_s < b.time_s : a.peak_bytes < b.peak_bytes;
-  });
-  std::vector<Point> reference;
-  for (const Point& p : points) {
-    if (reference.empty() || p.peak_bytes < reference.back().peak_bytes) reference.push_back(p);
-  }
-  detail::drop_time_ties(reference);
-  const Plan all = search(blocks, "blocks", batch, 8, hw, options);
-  REQUIRE(all.frontier.size() == reference.size());
-  for (std::size_t i = 0; i < reference.size(); ++i) {
-    INFO("frontier point " << i);
-    REQUIRE(all.frontier[i].time_s == Approx(reference[i].time_s).epsilon(1e-9));
-    REQUIRE(all.frontier[i].peak_bytes == reference[i].peak_bytes);
-  }
+  const std::vector<Point> reference = full_outer_loop(hw, options, false);
+  const std::int64_t batch = kMlpBatch;
+  auto blocks = mlp_blocks;
+  require_same_frontier(search(blocks, "blocks", batch, 8, hw, options), reference);
   // Under budgets across the frontier: the fastest plan that fits, reported under the lowest
   // stage it fits at.
   for (std::size_t i = 0; i < reference.size();
@@ -192,6 +211,43 @@ TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier poin
       REQUIRE(lower.peak_bytes > options.memory_budget);
     }
   }
+}
+
+TEST_CASE("axes in mesh order: specs keep the order, the reductions stay exact", "[search][plan]") {
+  const HardwareProfile hw = cluster(1, 8);
+  // x=2,y=4 and x=4,y=2 map onto each other only by swapping the axes' order.
+  REQUIRE(detail::mesh_cost_class(parse_mesh("x=2,y=4"), hw, true) !=
+          detail::mesh_cost_class(parse_mesh("x=4,y=2"), hw, true));
+  SearchOptions options;
+  options.micro_batches = {1, 2};
+  options.max_mesh_axes = 2;
+  options.axes_in_mesh_order = true;
+  const Plan ordered = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options);
+  require_same_frontier(ordered, full_outer_loop(hw, options, true));
+  const Graph g = mlp_blocks(kMlpBatch / ordered.micro_batches);
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    const Strategy& s = enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)},
+                                             ordered.mesh)[ordered.strategy[k]];
+    REQUIRE(axes_in_mesh_order(s.sharding.output, ordered.mesh));
+    for (const ShardingSpec& in : s.sharding.inputs) REQUIRE(axes_in_mesh_order(in, ordered.mesh));
+  }
+  // A smaller space: every point is matched or beaten by the unrestricted frontier.
+  options.axes_in_mesh_order = false;
+  const Plan any = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options);
+  for (const FrontierPoint& p : ordered.frontier) {
+    const bool covered =
+        std::any_of(any.frontier.begin(), any.frontier.end(), [&](const FrontierPoint& q) {
+          return q.time_s <= p.time_s * (1 + 1e-9) && q.peak_bytes <= p.peak_bytes;
+        });
+    REQUIRE(covered);
+  }
+  // A pin that asks for the other order leaves its op without a strategy: an error naming it.
+  options.axes_in_mesh_order = true;
+  options.meshes = {parse_mesh("x=2,y=4")};
+  options.pins = {parse_pin("block.0.einsum0=S(y,x),R")};
+  REQUIRE_THROWS_WITH(
+      search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options),
+      Catch::Contains("has no strategy left whose specs keep a dim's axes in mesh order"));
 }
 
 TEST_CASE("plans round-trip through JSON; wrong files name the field", "[search][plan]") {

@@ -40,6 +40,9 @@ std::vector<cli::FlagSpec> plan_flags() {
           {"mesh", true,
            "search this logical mesh only (x=8,y=128: axis sizes, the last axis innermost)"},
           {"time-limit", true, "stop the search after this many seconds (default: no limit)"},
+          {"axis-order", true,
+           "any (default) or mesh: a dim split over several axes lists them in mesh order only "
+           "(a smaller search space, 3-4x faster on 3-axis meshes)"},
           {"tolerance", true,
            "memory tolerance of the pruning (default 0.02; 0 = exact, slow on deep models)"},
           {"frontier", false, "also print the time/memory frontier"},
@@ -159,6 +162,9 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
                             "'");
     }
     options.time_limit_s = t;
+  }
+  if (auto v = flags.choice("axis-order", {"any", "mesh"})) {
+    options.axes_in_mesh_order = *v == "mesh";
   }
 
   const ProfileOptions profile{.precision = options.precision};

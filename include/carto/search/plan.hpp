@@ -13,7 +13,9 @@
 // running fewer DPs: of ZeRO stages 0-2 only the highest listed is searched (the others take the
 // same time with no less memory; the chosen plan is then reported under the lowest listed stage it
 // fits at), and of meshes that differ only by a renaming of axes with the same size and link, only
-// the first (detail::mesh_cost_class).
+// the first (detail::mesh_cost_class). SearchOptions::axes_in_mesh_order narrows every op to the
+// strategies whose specs list a dim's axes in mesh order (mesh_order_filter): a stated smaller
+// space, searched exactly.
 //
 // Op names: "<group>.<kind><n>", n counting ops of that kind within the group (block.3.einsum0 is
 // the fused QKV projection of block 3). A pin "NAME=SPEC" keeps only the strategies of the named op
@@ -131,6 +133,50 @@ inline StrategyFilter pin_filter(const Graph& g, const DeviceMesh& mesh,
   return f;
 }
 
+// Whether every dim of `spec` that is split over several axes lists them in mesh order (outermost
+// first).
+inline bool axes_in_mesh_order(const ShardingSpec& spec, const DeviceMesh& mesh) {
+  for (const AxisList& dim : spec.dims()) {
+    for (std::size_t i = 1; i < dim.size(); ++i) {
+      if (mesh.index_of(dim[i - 1]) > mesh.index_of(dim[i])) return false;
+    }
+  }
+  return true;
+}
+
+// `base` (all strategies, or the pins' subset) narrowed to the strategies whose input and output
+// specs keep a dim's axes in mesh order (SearchOptions::axes_in_mesh_order). Tensors are then
+// stored in such specs only; moves between them may still pass through others. An op left without
+// a strategy (a pin that asks for another order) is an error naming it.
+inline StrategyFilter mesh_order_filter(const Graph& g, const DeviceMesh& mesh, StrategyFilter base,
+                                        const StrategyOptions& sopt = {}) {
+  base.allowed.resize(g.num_ops());
+  const std::vector<std::string> names = op_names(g);
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    const std::vector<Strategy> all =
+        enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh, sopt);
+    std::vector<std::size_t> from = base.allowed[k];
+    if (from.empty()) {
+      for (std::size_t i = 0; i < all.size(); ++i) from.push_back(i);
+    }
+    std::vector<std::size_t> keep;
+    for (const std::size_t i : from) {
+      const OpSharding& sh = all[i].sharding;
+      bool ordered = axes_in_mesh_order(sh.output, mesh);
+      for (const ShardingSpec& in : sh.inputs) ordered = ordered && axes_in_mesh_order(in, mesh);
+      if (ordered) keep.push_back(i);
+    }
+    if (keep.empty()) {
+      detail::fail("carto: op ", names[k],
+                   " has no strategy left whose specs keep a dim's axes in ", "mesh order on mesh ",
+                   mesh, "; drop the pin that asks for another order or ",
+                   "turn SearchOptions::axes_in_mesh_order off");
+    }
+    base.allowed[k] = std::move(keep);
+  }
+  return base;
+}
+
 // Every logical mesh of `devices`: factorisations into 1-3 axes of size >= 2 (the last innermost),
 // named x, y, z. One device: the mesh {x:1}.
 inline std::vector<DeviceMesh> mesh_candidates(std::int64_t devices, std::size_t max_axes = 3) {
@@ -173,6 +219,10 @@ struct SearchOptions {
   double time_limit_s = 0;        // > 0: search() fails once it has run this long
   // The logical meshes to try; empty: every factorisation of the device count (max_mesh_axes).
   std::vector<DeviceMesh> meshes{};
+  // A stated restriction of the search space: a dim split over several axes lists them in mesh
+  // order (mesh_order_filter). On 3-axis meshes a (B, S, H) tensor then has 64 specs instead of
+  // 106 and the DP does 3-4 times less work; docs/search-performance.md measures what it costs.
+  bool axes_in_mesh_order = false;
 };
 
 // The tensors' dim names and extents in tensor order, hashed (FNV-1a, 64 bits) to 16 hex digits:
@@ -339,13 +389,16 @@ inline std::vector<int> zero_stages_to_run(const std::vector<int>& stages) {
 // a collective's time depends only on its axis's size and link (cost/collectives.hpp), and
 // ZeRO-3's gathers, which run innermost first, keep their order across levels, while within one
 // link level a chain of ring all-gathers costs the same in any order (the (n-1)/n terms
-// telescope to the product's). Pins name axes, so a search with pins keeps every mesh.
-inline std::string mesh_cost_class(const DeviceMesh& mesh, const HardwareProfile& hw) {
+// telescope to the product's). Pins name axes, so a search with pins keeps every mesh. With
+// `ordered` (SearchOptions::axes_in_mesh_order) a renaming must also keep the axes' order, so
+// the key is each axis's level and size in axis order.
+inline std::string mesh_cost_class(const DeviceMesh& mesh, const HardwareProfile& hw,
+                                   bool ordered = false) {
   std::vector<std::pair<std::size_t, std::int64_t>> sizes;
   std::string key;
   for (std::size_t i = 0; i < mesh.num_axes(); ++i) {
     const std::size_t level = axis_link_level(mesh, i, hw);
-    key += concat(level, ',');
+    key += ordered ? concat(level, ':', mesh.axis(i).size, ',') : concat(level, ',');
     sizes.emplace_back(level, mesh.axis(i).size);
   }
   std::sort(sizes.begin(), sizes.end());
@@ -397,14 +450,15 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       std::vector<std::string> classes;
       for (const DeviceMesh& mesh : meshes) {
         if (options.pins.empty()) {  // one mesh of each cost class (see mesh_cost_class)
-          std::string key = detail::mesh_cost_class(mesh, hw);
+          std::string key = detail::mesh_cost_class(mesh, hw, options.axes_in_mesh_order);
           if (std::find(classes.begin(), classes.end(), key) != classes.end()) continue;
           classes.push_back(std::move(key));
         }
         const StrategyOptions sopt{.precision = options.precision,
                                    .layernorm_stats = options.layernorm_stats,
                                    .dropout_masks = options.dropout_masks};
-        const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
+        StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
+        if (options.axes_in_mesh_order) filter = mesh_order_filter(g, mesh, filter, sopt);
         for (const int zero : detail::zero_stages_to_run(options.zero_stages)) {
           const DpOptions dp{.precision = options.precision,
                              .layernorm_stats = options.layernorm_stats,

@@ -150,7 +150,8 @@ struct DpOptions {
   // of a faster one are pruned at every step, which bounds the state sets on deep models; a plan's
   // memory can then exceed the best plan's by up to a factor (1 + ε) per pruning step on its path.
   double tolerance = 0;
-  // Bytes per device. A partial plan whose peak already exceeds it is dropped (costs only grow):
+  // Bytes per device. A partial plan whose peak already exceeds it, or will once the parameters
+  // still to come are stored (each at least in its cheapest spec), is dropped (costs only grow):
   // the frontier then holds exactly the frontier's points that fit. The default keeps everything.
   std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max();
   // Minimize the peak alone: step times are not tracked (every label's time is 0), so a state keeps
@@ -347,10 +348,10 @@ class DpModel {
   [[nodiscard]] const DpOptions& options() const { return options_; }
   [[nodiscard]] const std::vector<Choice>& choices(std::size_t k) const { return ops_[k]; }
   [[nodiscard]] std::int32_t last_use(TensorId t) const { return last_use_[t.index()]; }
+  [[nodiscard]] std::int32_t first_use(TensorId t) const { return first_use_[t.index()]; }
   // A lower bound on the persistent bytes the parameters first read at op k or later add to any
   // plan (k = num_ops: 0).
   [[nodiscard]] std::int64_t param_bytes_to_go(std::size_t k) const { return param_to_go_[k]; }
-  [[nodiscard]] std::int32_t first_use(TensorId t) const { return first_use_[t.index()]; }
   // The first op at or after k that reads t; INT32_MAX if none.
   [[nodiscard]] std::int32_t next_use(TensorId t, std::int32_t k) const {
     const std::vector<std::int32_t>& u = uses_[t.index()];

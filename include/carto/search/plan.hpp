@@ -168,9 +168,10 @@ inline StrategyFilter mesh_order_filter(const Graph& g, const DeviceMesh& mesh, 
     }
     if (keep.empty()) {
       detail::fail("carto: op ", names[k],
-                   " has no strategy left whose specs keep a dim's axes in ", "mesh order on mesh ",
-                   mesh, "; drop the pin that asks for another order or ",
-                   "turn SearchOptions::axes_in_mesh_order off");
+                   " has no strategy left whose specs keep a dim's axes in mesh order on mesh ",
+                   mesh,
+                   "; drop the pin that asks for another order or turn "
+                   "SearchOptions::axes_in_mesh_order off");
     }
     base.allowed[k] = std::move(keep);
   }

@@ -164,7 +164,11 @@ void check_mesh_order(const Problem& p) {
       bool in_order = axes_in_mesh_order(all[i].sharding.output, p.mesh);
       for (const ShardingSpec& in : all[i].sharding.inputs)
         in_order = in_order && axes_in_mesh_order(in, p.mesh);
-      if (kept) REQUIRE(in_order);
+      const bool pinned = p.filter.allowed.size() > k && !p.filter.allowed[k].empty();
+      const bool allowed =
+          !pinned || std::find(p.filter.allowed[k].begin(), p.filter.allowed[k].end(), i) !=
+                         p.filter.allowed[k].end();
+      REQUIRE(kept == (allowed && in_order));  // exactly the allowed strategies in mesh order
     }
   }
   REQUIRE(removed > 0);

@@ -278,7 +278,6 @@ class DpModel {
       }
     }
     graphs_.assign(nt, nullptr);
-    bytes_.assign(nt, {});
     const StrategyOptions sopt{.precision = options.precision,
                                .layernorm_stats = options.layernorm_stats,
                                .dropout_masks = options.dropout_masks};
@@ -389,13 +388,10 @@ class DpModel {
       p = static_cast<std::uint32_t>(sg.graph->index(without_partial(sg.graph->spec(i)), "spec"));
     return p;
   }
+  // A shard's bytes: the reshard graph's, whose dtype has the tensor's element size (fp32 for
+  // int32 token ids) and whose specs split evenly.
   std::int64_t local_bytes(TensorId t, std::uint32_t spec_index) {
-    ReshardGraph& rg = reshard_graph(t);
-    std::int64_t& b = bytes_[t.index()][spec_index];
-    if (b < 0)
-      b = local_shape(g_.tensor(t).shape, rg.spec(spec_index), mesh_).numel() *
-          element_bytes(g_.tensor(t));
-    return b;
+    return reshard_graph(t).local_bytes(spec_index);
   }
   // Persistent bytes and ZeRO-3 gather time (both directions, one micro-batch) of a parameter
   // stored in spec `s`.
@@ -472,12 +468,10 @@ class DpModel {
         it = by_shape_.emplace(key, std::move(sg)).first;
       }
       graphs_[t.index()] = &it->second;
-      bytes_[t.index()].assign(it->second.graph->size(), -1);
     }
     return *graphs_[t.index()];
   }
   std::vector<SharedGraph*> graphs_;
-  std::vector<std::vector<std::int64_t>> bytes_;
   std::map<std::string, SharedGraph> by_shape_;
 };
 

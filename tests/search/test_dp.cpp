@@ -153,9 +153,8 @@ void check_mesh_order(const Problem& p) {
   for (std::size_t k = 0; k < p.graph.num_ops(); ++k) {
     const std::vector<Strategy> all =
         enumerate_strategies(p.graph, OpId{static_cast<std::int32_t>(k)}, p.mesh);
-    const std::size_t before = p.filter.allowed.size() > k && !p.filter.allowed[k].empty()
-                                   ? p.filter.allowed[k].size()
-                                   : all.size();
+    const bool pinned = p.filter.allowed.size() > k && !p.filter.allowed[k].empty();
+    const std::size_t before = pinned ? p.filter.allowed[k].size() : all.size();
     REQUIRE(!ordered.allowed[k].empty());
     removed += before - ordered.allowed[k].size();
     for (std::size_t i = 0; i < all.size(); ++i) {
@@ -164,7 +163,6 @@ void check_mesh_order(const Problem& p) {
       bool in_order = axes_in_mesh_order(all[i].sharding.output, p.mesh);
       for (const ShardingSpec& in : all[i].sharding.inputs)
         in_order = in_order && axes_in_mesh_order(in, p.mesh);
-      const bool pinned = p.filter.allowed.size() > k && !p.filter.allowed[k].empty();
       const bool allowed =
           !pinned || std::find(p.filter.allowed[k].begin(), p.filter.allowed[k].end(), i) !=
                          p.filter.allowed[k].end();

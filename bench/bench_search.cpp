@@ -19,8 +19,7 @@
 
 #include <carto/cost.hpp>
 #include <carto/layers.hpp>
-#include <carto/search/dp.hpp>
-#include <carto/search/plan.hpp>
+#include <carto/search.hpp>
 #include <carto/spec.hpp>
 #include <chrono>
 #include <cstdint>

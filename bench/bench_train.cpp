@@ -51,8 +51,7 @@
 #include <carto/layers/gpt.hpp>
 #include <carto/runtime/thread_comm.hpp>
 #include <carto/runtime/trainer.hpp>
-#include <carto/search/dp.hpp>
-#include <carto/search/plan.hpp>
+#include <carto/search.hpp>
 #include <carto/spec/text.hpp>
 #include <chrono>
 #include <cpu/cpu_backend.hpp>

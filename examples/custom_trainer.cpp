@@ -8,7 +8,7 @@
 #include <carto/layers/gpt.hpp>
 #include <carto/runtime/thread_comm.hpp>
 #include <carto/runtime/trainer.hpp>
-#include <carto/search/plan.hpp>
+#include <carto/search.hpp>
 #include <carto/util/units.hpp>
 #include <cpu/cpu_backend.hpp>
 #include <cstdint>

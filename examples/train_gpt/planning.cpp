@@ -1,28 +1,19 @@
 #include "planning.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <carto/search/dp.hpp>
+#include <carto/search.hpp>
 #include <carto/util/units.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <exception>
 #include <fstream>
-#include <limits>
 #include <sstream>
-#include <thread>
 
 namespace demo {
 
 using carto::detail::fail;
 
 namespace {
-
-struct Candidate {
-  carto::DpPoint point;
-  carto::DpOptions options;
-};
 
 std::string list(const std::vector<std::int64_t>& values) {
   std::string out;
@@ -55,100 +46,39 @@ std::string mesh_flag(const carto::DeviceMesh& mesh) {
 PlanChoice search_plan(const MakeGraph& make_graph, const PlanRequest& request,
                        const carto::HardwareProfile& hw) {
   const auto start = std::chrono::steady_clock::now();
-  // One DP per (micro-batch count, ZeRO stage), spread over the cores: each is a pure function.
-  std::vector<std::int64_t> micro;
-  std::vector<carto::Graph> graphs;
-  for (const std::int64_t m : request.micro_batches) {
-    if (m < 1 || request.batch % m != 0) continue;
-    micro.push_back(m);
-    graphs.push_back(make_graph(request.batch / m));
-  }
-  if (micro.empty()) {
+  if (std::none_of(request.micro_batches.begin(), request.micro_batches.end(),
+                   [&](std::int64_t m) { return m >= 1 && request.batch % m == 0; })) {
     fail("carto-demo: no --micro-batches candidate (", list(request.micro_batches),
          ") divides --batch ", request.batch, "; pass a count that divides it, e.g. 1");
   }
-  constexpr int kZeroStages = 4;
-  const std::size_t tasks = micro.size() * kZeroStages;
-  std::vector<std::vector<Candidate>> found(tasks);
-  std::vector<std::exception_ptr> errors(tasks);
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t t = next++; t < tasks; t = next++) {
-      const std::size_t i = t / kZeroStages;
-      const carto::DpOptions options{.precision = carto::Precision::fp32,
-                                     .zero_stage = static_cast<int>(t % kZeroStages),
-                                     .micro_batches = micro[i],
-                                     .tolerance = request.tolerance};
-      try {
-        for (carto::DpPoint& p : carto::dp_frontier(graphs[i], request.mesh, hw, options).frontier)
-          found[t].push_back({std::move(p), options});
-      } catch (...) {
-        errors[t] = std::current_exception();
-      }
-    }
-  };
-  const std::size_t workers =
-      std::min<std::size_t>(tasks, std::max(1U, std::thread::hardware_concurrency()));
-  std::vector<std::thread> threads;
-  for (std::size_t w = 1; w < workers; ++w) threads.emplace_back(worker);
-  worker();
-  for (std::thread& t : threads) t.join();
-  std::vector<Candidate> all;
-  for (std::size_t t = 0; t < tasks; ++t) {
-    if (errors[t]) std::rethrow_exception(errors[t]);
-    for (Candidate& c : found[t]) all.push_back(std::move(c));
-  }
-  if (all.empty()) fail("carto-demo: the search found no plan on mesh ", request.mesh);
-
+  carto::SearchOptions options{.precision = carto::Precision::fp32,
+                               .micro_batches = request.micro_batches,
+                               .tolerance = request.tolerance,
+                               .meshes = {request.mesh}};
+  // The unbudgeted frontier: the fastest plan and the least memory any plan needs.
+  const carto::Plan any = carto::search(make_graph, request.model, request.batch,
+                                        request.mesh.num_devices(), hw, options);
   PlanChoice choice;
-  const Candidate* least = &all.front();
-  const Candidate* fastest = &all.front();
-  for (const Candidate& c : all) {
-    if (c.point.peak_bytes < least->point.peak_bytes) least = &c;
-    if (c.point.time_s < fastest->point.time_s) fastest = &c;
-  }
-  choice.least_bytes = least->point.peak_bytes;
-  choice.fastest_bytes = fastest->point.peak_bytes;
-  choice.fastest_time_s = fastest->point.time_s;
+  choice.least_bytes = any.frontier.back().peak_bytes;
+  choice.fastest_bytes = any.frontier.front().peak_bytes;
+  choice.fastest_time_s = any.frontier.front().time_s;
   choice.default_budget = !request.budget.has_value();
   choice.budget = request.budget.value_or((choice.least_bytes + choice.fastest_bytes) / 2);
-
-  const Candidate* best = nullptr;
-  for (const Candidate& c : all) {
-    if (c.point.peak_bytes <= choice.budget &&
-        (best == nullptr || c.point.time_s < best->point.time_s))
-      best = &c;
-  }
-  if (best == nullptr) {
-    const std::int64_t m = least->options.micro_batches;
+  if (choice.budget < choice.least_bytes) {
+    const carto::FrontierPoint& least = any.frontier.back();
     fail("carto-demo: no plan fits the memory budget of ", carto::format_bytes(choice.budget),
          " per rank on mesh ", request.mesh, "; the least memory any plan needs is ",
-         carto::format_bytes(choice.least_bytes), " (ZeRO stage ", least->options.zero_stage, ", ",
-         m, " micro-batch", m == 1 ? "" : "es", "): pass --budget ",
-         (choice.least_bytes + 1023) / 1024, "KiB or more");
+         carto::format_bytes(choice.least_bytes), " (ZeRO stage ", least.zero_stage, ", ",
+         least.micro_batches, " micro-batch", least.micro_batches == 1 ? "" : "es",
+         "): pass --budget ", (choice.least_bytes + 1023) / 1024, "KiB or more");
   }
-
-  carto::Plan& plan = choice.plan;
-  const carto::Graph g = make_graph(request.batch / best->options.micro_batches);
-  plan.model = request.model;
-  carto::set_fingerprint(plan, g);
-  carto::detail::describe_plan(plan, g, request.mesh, hw, best->options, best->point);
-  // The frontier over every ZeRO stage and micro-batch count: increasing time, decreasing memory.
-  std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
-    return a.point.time_s != b.point.time_s ? a.point.time_s < b.point.time_s
-                                            : a.point.peak_bytes < b.point.peak_bytes;
-  });
-  std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
-  for (const Candidate& c : all) {
-    if (c.point.peak_bytes >= lowest) continue;
-    lowest = c.point.peak_bytes;
-    plan.frontier.push_back({.time_s = c.point.time_s,
-                             .peak_bytes = c.point.peak_bytes,
-                             .mesh = carto::to_string(request.mesh),
-                             .zero_stage = c.options.zero_stage,
-                             .micro_batches = c.options.micro_batches});
-  }
-  plan.search_time_s =
+  options.memory_budget = choice.budget;
+  choice.plan = carto::search(make_graph, request.model, request.batch, request.mesh.num_devices(),
+                              hw, options);
+  // The frontier shown is the whole one (over every ZeRO stage and micro-batch count), not only
+  // the plans under the budget.
+  choice.plan.frontier = any.frontier;
+  choice.plan.search_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return choice;
 }

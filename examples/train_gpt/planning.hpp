@@ -1,17 +1,15 @@
 // Planning for carto-demo: the fastest plan on the run's mesh under a memory budget per rank, or a
 // saved plan checked against the run.
 //
-// Design note: carto::search() tries every logical mesh of the device count; the demo trains on the
-// mesh the user names, so it runs the DP (dp_frontier) itself on that one mesh, for every ZeRO
-// stage and every micro-batch count among the candidates that divides the batch, and keeps the
-// fastest point within the budget. With no budget given, the budget is halfway between the least
-// memory any plan needs and the memory of the fastest plan, so the search has to give up some speed
-// to fit. The DP runs (one per ZeRO stage and micro-batch count) are independent and share the
-// cores.
+// Design note: carto::search() on the one logical mesh the user names (SearchOptions::meshes),
+// every ZeRO stage and every micro-batch count among the candidates that divides the batch, in
+// the standard search space. With no budget given, the budget is halfway between the least memory
+// any plan needs and the memory of the fastest plan (both read from an unbudgeted search's
+// frontier), so the search has to give up some speed to fit.
 #pragma once
 
 #include <carto/graph/graph.hpp>
-#include <carto/search/plan.hpp>
+#include <carto/search.hpp>
 #include <carto/util/json.hpp>
 #include <cstdint>
 #include <functional>
@@ -30,7 +28,7 @@ struct PlanRequest {
   std::int64_t batch = 1;                      // the global batch (rows per step)
   std::vector<std::int64_t> micro_batches{1};  // candidates
   std::optional<std::int64_t> budget{};        // bytes per rank; none: see the design note
-  double tolerance = 0;                        // DpOptions::tolerance
+  double tolerance = 0;                        // SearchOptions::tolerance
 };
 
 struct PlanChoice {

@@ -4,7 +4,7 @@
 
 #include <carto/cost/hardware.hpp>
 #include <carto/layers/gpt.hpp>
-#include <carto/search/plan.hpp>
+#include <carto/search.hpp>
 #include <carto/util/json.hpp>
 #include <iosfwd>
 #include <optional>

@@ -13,7 +13,7 @@
 #include <carto/cost/hardware.hpp>
 #include <carto/graph/graph.hpp>
 #include <carto/runtime/memory.hpp>
-#include <carto/search/plan.hpp>
+#include <carto/search.hpp>
 #include <cstdint>
 #include <iosfwd>
 #include <string>

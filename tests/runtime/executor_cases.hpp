@@ -8,7 +8,7 @@
 #include <carto/layers/gpt.hpp>
 #include <carto/runtime/executor.hpp>
 #include <carto/runtime/trainer.hpp>
-#include <carto/search/plan.hpp>
+#include <carto/search.hpp>
 #include <carto/search/strategy.hpp>
 #include <cmath>
 #include <cpu/cpu_backend.hpp>

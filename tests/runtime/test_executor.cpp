@@ -17,8 +17,7 @@
 #include <carto/runtime/executor.hpp>
 #include <carto/runtime/thread_comm.hpp>
 #include <carto/runtime/trainer.hpp>
-#include <carto/search/brute_force.hpp>
-#include <carto/search/plan.hpp>
+#include <carto/search.hpp>
 #include <carto/search/strategy.hpp>
 #include <carto/spec/text.hpp>
 #include <catch2/catch.hpp>
@@ -286,7 +285,7 @@ TEST_CASE("parity and memory matrix: sharded training equals one device", "[exec
   }
 
   // The memory table: measured peak per rank (rank 0) against the schedule model's prediction for
-  // the same plan (search/brute_force.hpp's evaluate_point, DropoutMasks::regenerated as the
+  // the same plan (search/price.hpp's evaluate_point, DropoutMasks::regenerated as the
   // runtime does). Searched and Megatron plans must agree within 5%. Random plans are printed but
   // not held to it: they reshard between arbitrary specs around almost every op, and the moved
   // copies and staging buffers live during those ops are transient memory the model leaves out.

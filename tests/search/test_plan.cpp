@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <carto/cost.hpp>
 #include <carto/layers.hpp>
-#include <carto/search/plan.hpp>
+#include <carto/search.hpp>
 #include <carto/spec.hpp>
 #include <catch2/catch.hpp>
 
@@ -34,18 +34,16 @@ struct Point {
 };
 
 // What search() did before its outer reductions: the DP for every mesh of 8 devices (1-2 axes),
-// every ZeRO stage and every micro-batch count of `options`, frontiers merged; with
-// `mesh_order`, in the space of mesh_order_filter.
-std::vector<Point> full_outer_loop(const HardwareProfile& hw, const SearchOptions& options,
-                                   bool mesh_order) {
+// every ZeRO stage and every micro-batch count of `options`, in its search space, frontiers
+// merged.
+std::vector<Point> full_outer_loop(const HardwareProfile& hw, const SearchOptions& options) {
   std::vector<Point> points;
   for (const std::int64_t m : options.micro_batches) {
     const Graph g = mlp_blocks(kMlpBatch / m);
     for (const DeviceMesh& mesh : mesh_candidates(8, 2)) {
-      const StrategyFilter filter = mesh_order ? mesh_order_filter(g, mesh, {}) : StrategyFilter{};
       for (const int z : {0, 1, 2, 3}) {
-        for (const DpPoint& p :
-             dp_frontier(g, mesh, hw, {.zero_stage = z, .micro_batches = m}, filter).frontier)
+        const DpOptions dp{.zero_stage = z, .micro_batches = m, .space = options.space};
+        for (const DpPoint& p : dp_frontier(g, mesh, hw, dp).frontier)
           points.push_back({p.time_s, p.peak_bytes});
       }
     }
@@ -184,70 +182,75 @@ TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier poin
   REQUIRE(detail::zero_stages_to_run({0, 1}) == std::vector<int>{1});
   REQUIRE(detail::zero_stages_to_run({3}) == std::vector<int>{3});
 
-  SearchOptions options;
-  options.micro_batches = {1, 2};
-  options.max_mesh_axes = 2;
-  const std::vector<Point> reference = full_outer_loop(hw, options, false);
-  const std::int64_t batch = kMlpBatch;
-  auto blocks = mlp_blocks;
-  require_same_frontier(search(blocks, "blocks", batch, 8, hw, options), reference);
-  // Under budgets across the frontier: the fastest plan that fits, reported under the lowest
-  // stage it fits at.
-  for (std::size_t i = 0; i < reference.size();
-       i += std::max<std::size_t>(1, reference.size() / 5)) {
-    options.memory_budget = reference[i].peak_bytes;
-    const Plan p = search(blocks, "blocks", batch, 8, hw, options);
-    REQUIRE(p.step_time_s == Approx(reference[i].time_s).epsilon(1e-9));
-    REQUIRE(p.peak_memory_bytes <= options.memory_budget);
-    const Graph g = blocks(batch / p.micro_batches);
-    std::vector<bool> ckpt(g.groups().size(), false);
-    for (std::size_t k = 0; k < g.num_ops(); ++k) {
-      if (p.ops[k].checkpointed) ckpt[static_cast<std::size_t>(g.ops()[k].group)] = true;
-    }
-    for (int z = 0; z < p.zero_stage; ++z) {
-      const PointCost lower = evaluate_point(
-          g, p.mesh, hw, {.zero_stage = z, .micro_batches = p.micro_batches}, p.strategy, ckpt);
-      REQUIRE(lower.time_s == Approx(p.step_time_s).epsilon(1e-9));
-      REQUIRE(lower.peak_bytes > options.memory_budget);
+  for (const SearchSpace space : {SearchSpace::standard, SearchSpace::full}) {
+    INFO(to_string_view(space) << " space");
+    SearchOptions options;
+    options.micro_batches = {1, 2};
+    options.max_mesh_axes = 2;
+    options.space = space;
+    const std::vector<Point> reference = full_outer_loop(hw, options);
+    const std::int64_t batch = kMlpBatch;
+    auto blocks = mlp_blocks;
+    require_same_frontier(search(blocks, "blocks", batch, 8, hw, options), reference);
+    // Under budgets across the frontier: the fastest plan that fits, reported under the lowest
+    // stage it fits at.
+    for (std::size_t i = 0; i < reference.size();
+         i += std::max<std::size_t>(1, reference.size() / 5)) {
+      options.memory_budget = reference[i].peak_bytes;
+      const Plan p = search(blocks, "blocks", batch, 8, hw, options);
+      REQUIRE(p.step_time_s == Approx(reference[i].time_s).epsilon(1e-9));
+      REQUIRE(p.peak_memory_bytes <= options.memory_budget);
+      const Graph g = blocks(batch / p.micro_batches);
+      std::vector<bool> ckpt(g.groups().size(), false);
+      for (std::size_t k = 0; k < g.num_ops(); ++k) {
+        if (p.ops[k].checkpointed) ckpt[static_cast<std::size_t>(g.ops()[k].group)] = true;
+      }
+      for (int z = 0; z < p.zero_stage; ++z) {
+        const PointCost lower = evaluate_point(
+            g, p.mesh, hw, {.zero_stage = z, .micro_batches = p.micro_batches}, p.strategy, ckpt);
+        REQUIRE(lower.time_s == Approx(p.step_time_s).epsilon(1e-9));
+        REQUIRE(lower.peak_bytes > options.memory_budget);
+      }
     }
   }
 }
 
-TEST_CASE("axes in mesh order: specs keep the order, the reductions stay exact", "[search][plan]") {
+TEST_CASE("the standard space keeps axes in mesh order and is covered by the full space",
+          "[search][plan]") {
   const HardwareProfile hw = cluster(1, 8);
-  // x=2,y=4 and x=4,y=2 map onto each other only by swapping the axes' order.
+  // x=2,y=4 and x=4,y=2 map onto each other only by swapping the axes' order: in the standard
+  // space (mesh order) they are two cost classes.
   REQUIRE(detail::mesh_cost_class(parse_mesh("x=2,y=4"), hw, true) !=
           detail::mesh_cost_class(parse_mesh("x=4,y=2"), hw, true));
   SearchOptions options;
   options.micro_batches = {1, 2};
   options.max_mesh_axes = 2;
-  options.axes_in_mesh_order = true;
-  const Plan ordered = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options);
-  require_same_frontier(ordered, full_outer_loop(hw, options, true));
-  const Graph g = mlp_blocks(kMlpBatch / ordered.micro_batches);
+  const Plan standard = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options);
+  REQUIRE(standard.space == SearchSpace::standard);
+  const Graph g = mlp_blocks(kMlpBatch / standard.micro_batches);
   for (std::size_t k = 0; k < g.num_ops(); ++k) {
     const Strategy& s = enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)},
-                                             ordered.mesh)[ordered.strategy[k]];
-    REQUIRE(axes_in_mesh_order(s.sharding.output, ordered.mesh));
-    for (const ShardingSpec& in : s.sharding.inputs) REQUIRE(axes_in_mesh_order(in, ordered.mesh));
+                                             standard.mesh)[standard.strategy[k]];
+    REQUIRE(in_mesh_order(s, standard.mesh));
   }
-  // A smaller space: every point is matched or beaten by the unrestricted frontier.
-  options.axes_in_mesh_order = false;
-  const Plan any = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options);
-  for (const FrontierPoint& p : ordered.frontier) {
+  // A smaller space: every point is matched or beaten by the full space's frontier.
+  options.space = SearchSpace::full;
+  const Plan full = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options);
+  REQUIRE(full.space == SearchSpace::full);
+  for (const FrontierPoint& p : standard.frontier) {
     const bool covered =
-        std::any_of(any.frontier.begin(), any.frontier.end(), [&](const FrontierPoint& q) {
+        std::any_of(full.frontier.begin(), full.frontier.end(), [&](const FrontierPoint& q) {
           return q.time_s <= p.time_s * (1 + 1e-9) && q.peak_bytes <= p.peak_bytes;
         });
     REQUIRE(covered);
   }
   // A pin that asks for the other order leaves its op without a strategy: an error naming it.
-  options.axes_in_mesh_order = true;
+  options.space = SearchSpace::standard;
   options.meshes = {parse_mesh("x=2,y=4")};
   options.pins = {parse_pin("block.0.einsum0=S(y,x),R")};
-  REQUIRE_THROWS_WITH(
-      search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options),
-      Catch::Contains("has no strategy left whose specs keep a dim's axes in mesh order"));
+  REQUIRE_THROWS_WITH(search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options),
+                      Catch::Contains("has no strategy left") &&
+                          Catch::Contains("keep a dim's axes in mesh order"));
 }
 
 TEST_CASE("plans round-trip through JSON; wrong files name the field", "[search][plan]") {

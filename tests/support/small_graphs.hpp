@@ -8,17 +8,26 @@
 namespace carto::testing {
 
 enum class BlockShape { mlp, small, prenorm };
+enum class Prefix { gelu, einsum };
 
-// prefix: a gelu over the input (its own group), then `blocks` residual blocks:
+// prefix (its own group): a gelu over the input, or an einsum x = in·W0 whose output is Partial
+// when its contraction is split (the blocks then receive a Partial residual); then `blocks`
+// residual blocks:
 //   mlp:   y = x + W2·gelu(W1·x)      small: y = x + W·x
 //   prenorm: y = x + W2·dropout(gelu(bias(W1·layernorm(x)))), whose branch after the layernorm is
 //   long enough for the DP's memoized segments (x rides along unread)
 inline Graph make_graph(std::int64_t b, std::int64_t h, std::int64_t f, BlockShape shape,
-                        int blocks) {
+                        int blocks, Prefix prefix = Prefix::gelu) {
   Graph g{};
   const TensorId in = g.input(TensorShape{{"b", b}, {"h", h}}, DType::bf16);
   g.begin_group("prefix", GroupKind::layer);
-  TensorId x = g.gelu(in);
+  TensorId x{};
+  if (prefix == Prefix::einsum) {
+    const TensorId w0 = g.parameter(TensorShape{{"h", h}, {"h", h}}, DType::bf16);  // (H, H)
+    x = g.einsum("bi,ih->bh", in, w0);
+  } else {
+    x = g.gelu(in);
+  }
   g.end_group();
   for (int i = 0; i < blocks; ++i) {
     g.begin_group(LayerName("block.").append(std::int64_t{i}), GroupKind::transformer_block);

@@ -179,18 +179,21 @@ TEST_CASE("carto-plan plan --mesh searches one mesh; --time-limit stops the sear
   REQUIRE(axes[0].at("size").as_int() == 4);
   REQUIRE(!j.at("frontier").as_array().empty());
   for (const Json& f : j.at("frontier").as_array()) REQUIRE(f.at("mesh").as_string() == "{a:4}");
-  // One axis: keeping axes in mesh order changes nothing.
-  const Json ordered = command_json(model + "--devices 4 --mesh a=4 --axis-order mesh");
-  REQUIRE(ordered.at("frontier").as_array().size() == j.at("frontier").as_array().size());
-  REQUIRE(ordered.at("predicted").at("step_time_s").as_double() ==
-          j.at("predicted").at("step_time_s").as_double());
+  // The JSON names the space and the memory resolution; the full space is never slower.
+  REQUIRE(j.at("search_space").as_string() == "standard");
+  REQUIRE(j.at("tolerance").as_double() == 0.02);
+  const Json full = command_json(model + "--devices 4 --mesh a=4 --space full --tolerance 0");
+  REQUIRE(full.at("search_space").as_string() == "full");
+  REQUIRE(full.at("tolerance").as_double() == 0);
+  REQUIRE(full.at("predicted").at("step_time_s").as_double() <=
+          j.at("predicted").at("step_time_s").as_double() * (1 + 1e-9));
   const std::pair<const char*, const char*> bad[] = {
       {"--devices 4 --mesh x=8", "--mesh x=8 has 8 devices; --devices is 4"},
       {"--devices 4 --mesh x=", "--mesh:"},
       {"--devices 4 --time-limit 0", "--time-limit needs a positive number of seconds, got '0'"},
       {"--devices 4 --time-limit soon",
        "--time-limit needs a positive number of seconds, got 'soon'"},
-      {"--devices 4 --axis-order sideways", "--axis-order is one of any|mesh, got 'sideways'"},
+      {"--devices 4 --space sideways", "--space is one of standard|full, got 'sideways'"},
   };
   for (const auto& [args, message] : bad) {
     const Run r = run(model + args);

@@ -1,7 +1,7 @@
 // carto-plan plan: the fastest sharded plan of a GPT model that fits a per-device memory budget.
 #include <carto/cost.hpp>
 #include <carto/layers.hpp>
-#include <carto/search/plan.hpp>
+#include <carto/search.hpp>
 #include <carto/util/json.hpp>
 #include <carto/util/units.hpp>
 #include <fstream>
@@ -40,11 +40,12 @@ std::vector<cli::FlagSpec> plan_flags() {
           {"mesh", true,
            "search this logical mesh only (x=8,y=128: axis sizes, the last axis innermost)"},
           {"time-limit", true, "stop the search after this many seconds (default: no limit)"},
-          {"axis-order", true,
-           "any (default) or mesh: a dim split over several axes lists them in mesh order only "
-           "(a smaller search space, 3-4x faster on 3-axis meshes)"},
+          {"space", true,
+           "standard (default: mesh order, stored reads, one layout per checkpoint class of "
+           "identical blocks) or full (every strategy of every op; the reference, for small "
+           "models)"},
           {"tolerance", true,
-           "memory tolerance of the pruning (default 0.02; 0 = exact, slow on deep models)"},
+           "memory resolution ε where tables are combined (default 0.02; 0 = exact)"},
           {"frontier", false, "also print the time/memory frontier"},
           {"json", false, "print one JSON object"},
           {"out", true, "also write the plan as JSON to this file"},
@@ -163,8 +164,8 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
     }
     options.time_limit_s = t;
   }
-  if (auto v = flags.choice("axis-order", {"any", "mesh"})) {
-    options.axes_in_mesh_order = *v == "mesh";
+  if (auto v = flags.choice("space", {"standard", "full"})) {
+    options.space = parse_search_space(*v);
   }
 
   const ProfileOptions profile{.precision = options.precision};

@@ -438,9 +438,13 @@ class ReshardCache {
  public:
   ReshardGraph& graph(const TensorShape& shape, DType dtype, const DeviceMesh& mesh,
                       const HardwareProfile& hw, ReshardOptions options = {}) {
-    std::string key =
-        detail::concat(shape, '|', dtype, '|', mesh, '|', static_cast<int>(options.make_partial),
-                       '|', to_json(hw).dump());
+    // The hardware's part of the key: its JSON, written once per distinct profile.
+    if (!(hw_ == hw) || hw_key_.empty()) {
+      hw_ = hw;
+      hw_key_ = to_json(hw).dump();
+    }
+    std::string key = detail::concat(shape, '|', dtype, '|', mesh, '|',
+                                     static_cast<int>(options.make_partial), '|', hw_key_);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       it = graphs_
@@ -461,6 +465,8 @@ class ReshardCache {
 
  private:
   std::map<std::string, std::unique_ptr<ReshardGraph>> graphs_;
+  HardwareProfile hw_{};
+  std::string hw_key_{};
 };
 
 // One plan without a cache (builds the graph of this tensor and runs one Dijkstra).

@@ -121,8 +121,8 @@ namespace detail {
 class AssignmentWalk {
  public:
   AssignmentWalk(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
-                 const std::vector<Strategy>& strategies)
-      : g_(g), mesh_(mesh), hw_(hw), st_(strategies) {}
+                 const std::vector<Strategy>& strategies, ReshardCache& cache)
+      : g_(g), mesh_(mesh), hw_(hw), st_(strategies), cache_(cache) {}
 
   AssignmentCost run() {
     if (st_.size() != g_.num_ops()) {
@@ -332,7 +332,7 @@ class AssignmentWalk {
   std::vector<Buffer> buffer_{};
   std::size_t next_buffer_ = 0;
   std::map<std::size_t, std::int64_t> saved_{};
-  ReshardCache cache_{};
+  ReshardCache& cache_;
 };
 
 }  // namespace detail
@@ -341,7 +341,16 @@ class AssignmentWalk {
 inline AssignmentCost evaluate_assignment(const Graph& g, const DeviceMesh& mesh,
                                           const HardwareProfile& hw,
                                           const std::vector<Strategy>& strategies) {
-  return detail::AssignmentWalk(g, mesh, hw, strategies).run();
+  ReshardCache cache;
+  return detail::AssignmentWalk(g, mesh, hw, strategies, cache).run();
+}
+
+// The same with the reshard graphs kept in `cache` across calls (many plans of one problem).
+inline AssignmentCost evaluate_assignment(const Graph& g, const DeviceMesh& mesh,
+                                          const HardwareProfile& hw,
+                                          const std::vector<Strategy>& strategies,
+                                          ReshardCache& cache) {
+  return detail::AssignmentWalk(g, mesh, hw, strategies, cache).run();
 }
 
 // The same from one OpSharding per op (each checked and turned into a Strategy by make_strategy).

@@ -1,0 +1,385 @@
+// carto/search/model.hpp — what the DP knows of one graph on one mesh: its options, every op's
+// choices with their costs computed once, and the reshard graphs of its tensors.
+//
+// Design note (DESIGN.md §4-§6). Cost of an assignment (one strategy per op, one checkpoint flag
+// per block). The per-op rules are evaluate_assignment's (search/evaluate.hpp), applied
+// incrementally: a tensor is stored in its producer's output spec (a parameter or graph input in
+// its first consumer's input spec); an op reading another spec pays the Dijkstra reshard before
+// it, and the gradient it hands back pays the move to the spec the producer needs; a parameter
+// read in another spec than stored pays the move of its gradient home; saved inputs follow the
+// regather rule; buffers are deduplicated by identity (a view without a move aliases its input's
+// buffer). On top of that, for m micro-batches:
+//   step time = m · (compute + collectives inside ops + reshards + regathers
+//                    + recompute of checkpointed blocks + ZeRO-3 parameter gathers)
+//             + parameter-gradient reductions (once per step, after accumulation).
+// A checkpointed block recomputes its forward (compute, forward collectives and forward reshards of
+// its ops) in backward.
+//
+// Memory per device (the schedule model of DESIGN.md §5, the same one search/price.hpp uses):
+//   peak = P + Σ_g K_g + max(0, max_g X_g)
+// P: parameters, gradients and AdamW states of every parameter in its stored spec, persistent for
+// the whole step; ZeRO shards them over the N devices that hold the same parameter slice (the
+// parameter's data-parallel group): stage 1 the optimizer states, stage 2 also the gradients, stage
+// 3 also the parameters (each gathered in forward and again in backward: ZeRO-3's all-gathers).
+// K_g: what group g keeps from its forward to its backward: its saved activations A_g, or only its
+// input's buffer if it is a checkpointed block. X_g: what g adds on top while it runs: the largest
+// excursion T_g of one of its ops (search/strategy.hpp: the buffers its backward writes and its
+// workspace, a transient Partial output, under ZeRO-3 its gathered parameters, and the copies its
+// moves make), or, for a checkpointed block, its rematerialized activations with the excursion of
+// the op running: max_k(A_≤k + T_k) − its input, A_≤k what the block's ops up to k save (in
+// backward, op k runs after the later ops freed theirs). All groups' K are held at the start of
+// backward, where the peak of a training step lies (Korthikanti et al. 2022 §4 take the same
+// point); X_g is the largest excursion above it.
+//
+// DpModel computes per op the choices the space allows (search/space.hpp: the pins' subset, in the
+// standard space also in mesh order) with their times, saved bytes and temporaries, once; per
+// tensor shape class a reshard graph (cost/reshard.hpp) with dense caches of move transients and
+// Partial-free spec indices, shared by every tensor of that shape and dtype.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "carto/cost/collectives.hpp"
+#include "carto/cost/hardware.hpp"
+#include "carto/cost/reshard.hpp"
+#include "carto/error.hpp"
+#include "carto/graph/graph.hpp"
+#include "carto/profile/op_cost.hpp"
+#include "carto/profile/options.hpp"
+#include "carto/search/space.hpp"
+#include "carto/search/strategy.hpp"
+#include "carto/spec/layout.hpp"
+#include "carto/spec/mesh.hpp"
+#include "carto/util/static_vector.hpp"
+
+namespace carto {
+
+enum class CheckpointChoice : std::uint8_t { none, all, search };
+
+struct DpOptions {
+  Precision precision = Precision::mixed_bf16;
+  LayerNormStats layernorm_stats = LayerNormStats::counted;
+  DropoutMasks dropout_masks = DropoutMasks::stored;  // regenerated: what carto's runtime does
+  int zero_stage = 0;                                 // 0..3
+  std::int64_t micro_batches = 1;                     // m: the step runs m forward/backward passes
+  CheckpointChoice checkpoint = CheckpointChoice::search;
+  SearchSpace space = SearchSpace::standard;  // search/space.hpp
+  // The memory resolution ε. 0: exact (the frontier equals brute force's in the space). ε > 0: a
+  // label within a factor (1 + ε) in memory of one at most as slow is dropped (search/frontier.hpp)
+  // — in the standard space only where memoized tables are combined with the labels reaching them,
+  // in the full space at every step; a returned plan's memory then exceeds the best plan's by at
+  // most a factor (1 + ε) per trim on its path (DpResult::trims bounds their number).
+  double tolerance = 0;
+  // Bytes per device. A partial plan whose peak already exceeds it, or will once the parameters
+  // still to come are stored (each at least in its cheapest spec), is dropped (costs only grow):
+  // the frontier then holds exactly the frontier's points that fit. The default keeps everything.
+  std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max();
+  // Minimize the peak alone: step times are not tracked (every label's time is 0), so a state keeps
+  // only the labels no other beats in memory, and the frontier is one point, a plan with the least
+  // peak of any plan (its time_s is 0; evaluate_point prices it). What an infeasible budget's error
+  // needs, at a fraction of the frontier's cost.
+  bool least_memory = false;
+  // Past this point in time the DP stops with a carto::Error (a caller's limit on search time).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+};
+
+// One point of the frontier, with the choices that give it.
+struct DpPoint {
+  double time_s = 0;
+  std::int64_t peak_bytes = 0;
+  std::vector<std::size_t> strategy{};  // per op: index into enumerate_strategies order
+  std::vector<bool> checkpointed{};     // per group: a checkpointed transformer block
+};
+
+struct DpResult {
+  std::vector<DpPoint> frontier{};  // increasing time, decreasing peak
+  std::size_t labels_created = 0;   // work done, for benchmarks
+  std::size_t segment_tables = 0;   // memoized segments computed (entry states over all segments)
+  std::size_t chains = 0;           // block chains laid out with shared layouts (standard space)
+  // The most label sets combined with a tolerance on one path from the first op to the end: the
+  // n of the (1 + ε)^n memory bound (0 when the tolerance is 0).
+  std::size_t trims = 0;
+};
+
+namespace detail {
+
+// Per-parameter persistent bytes under a ZeRO stage: parameters + gradients (at the parameter's
+// dtype) + optimizer states, the sharded parts divided by the replica count (rounded up).
+inline std::int64_t zero_persistent_bytes(std::int64_t elements, std::int64_t element_size,
+                                          Precision precision, int zero_stage,
+                                          std::int64_t replicas) {
+  auto shard = [&](std::int64_t bytes) { return (bytes + replicas - 1) / replicas; };
+  const std::int64_t p = elements * element_size;
+  const std::int64_t g = elements * element_size;
+  const std::int64_t o = elements * optimizer_bytes_per_param(precision);
+  switch (zero_stage) {
+    case 0: return p + g + o;
+    case 1: return p + g + shard(o);
+    case 2: return p + shard(g) + shard(o);
+    default: return shard(p) + shard(g) + shard(o);
+  }
+}
+
+// ZeRO-3's all-gather of one parameter buffer of `bytes` per device (its unsharded local size) from
+// its shards over the axes that do not split it, innermost axis first; one direction.
+inline double zero3_gather_time(std::int64_t bytes, const ShardingSpec& stored,
+                                const DeviceMesh& mesh, const HardwareProfile& hw) {
+  std::int64_t replicas = 1;
+  for (const MeshAxis& a : mesh.axes()) {
+    if (!stored.uses(a.name)) replicas *= a.size;
+  }
+  double t = 0;
+  std::int64_t current = (bytes + replicas - 1) / replicas;
+  for (std::size_t i = mesh.num_axes(); i-- > 0;) {
+    const MeshAxis& a = mesh.axis(i);
+    if (stored.uses(a.name) || a.size == 1) continue;
+    current *= a.size;
+    t += collective_time(Collective::all_gather, mesh, a.name, current, hw);
+  }
+  return t;
+}
+
+// What the DP needs of every op and strategy, computed once.
+class DpModel {
+ public:
+  DpModel(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
+          const DpOptions& options, const StrategyFilter& filter)
+      : g_(g), mesh_(mesh), hw_(hw), options_(options) {
+    if (options.zero_stage < 0 || options.zero_stage > 3) {
+      fail("carto: ZeRO stage ", options.zero_stage, " does not exist; use 0, 1, 2 or 3");
+    }
+    if (options.micro_batches < 1)
+      fail("carto: micro-batches must be at least 1; got ", options.micro_batches);
+    if (!(options.tolerance >= 0) || !std::isfinite(options.tolerance))
+      fail("carto: the pruning tolerance must be a finite number ≥ 0 (0 = exact); got ",
+           options.tolerance);
+    const std::size_t nt = g.tensors().size();
+    last_use_.assign(nt, -1);
+    first_use_.assign(nt, -1);
+    uses_.assign(nt, {});
+    for (std::size_t k = 0; k < g.num_ops(); ++k) {
+      for (TensorId t : g.ops()[k].inputs) {
+        last_use_[t.index()] = static_cast<std::int32_t>(k);
+        if (first_use_[t.index()] < 0) first_use_[t.index()] = static_cast<std::int32_t>(k);
+        if (uses_[t.index()].empty() || uses_[t.index()].back() != static_cast<std::int32_t>(k))
+          uses_[t.index()].push_back(static_cast<std::int32_t>(k));
+      }
+    }
+    graphs_.assign(nt, nullptr);
+    const StrategyOptions sopt{.precision = options.precision,
+                               .layernorm_stats = options.layernorm_stats,
+                               .dropout_masks = options.dropout_masks};
+    ops_.resize(g.num_ops());
+    for (std::size_t k = 0; k < g.num_ops(); ++k) {
+      const OpId o{static_cast<std::int32_t>(k)};
+      std::vector<Strategy> all = enumerate_strategies(g, o, mesh, sopt);
+      std::vector<std::size_t> pick;
+      if (k < filter.allowed.size() && !filter.allowed[k].empty()) {
+        pick = filter.allowed[k];
+      } else {
+        for (std::size_t i = 0; i < all.size(); ++i) pick.push_back(i);
+      }
+      const bool ordered = options.space == SearchSpace::standard;
+      for (std::size_t i : pick) {
+        if (i >= all.size())
+          fail("carto: strategy index ", i, " of op ", k, " is out of range (", all.size(), ")");
+        if (ordered && !in_mesh_order(all[i], mesh)) continue;  // the standard space's rule 1
+        ops_[k].push_back(make(k, all[i], i));
+      }
+      if (ops_[k].empty()) {
+        fail("carto: op ", op_names(g)[k], " (", to_string_view(g.ops()[k].kind),
+             ") has no strategy left on mesh ", mesh,
+             ordered ? " whose specs keep a dim's axes in mesh order (the standard search space); "
+                       "drop the pin that asks for another order or search the full space"
+                     : "; drop the pin that removes them");
+      }
+    }
+    // The least persistent bytes of the parameters stored from op k on: each is stored in the
+    // spec its first consumer reads it in, so it takes at least the least of that op's choices.
+    param_to_go_.assign(g.num_ops() + 1, 0);
+    for (std::size_t k = g.num_ops(); k-- > 0;) {
+      std::int64_t here = 0;
+      const Op& op = g.ops()[k];
+      for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+        const TensorId t = op.inputs[i];
+        const bool first =
+            std::find(op.inputs.begin(), op.inputs.begin() + static_cast<std::ptrdiff_t>(i), t) ==
+            op.inputs.begin() + static_cast<std::ptrdiff_t>(i);
+        if (g.tensor(t).kind != TensorKind::parameter ||
+            first_use_[t.index()] != static_cast<std::int32_t>(k) || !first)
+          continue;
+        std::int64_t least = std::numeric_limits<std::int64_t>::max();
+        for (const Choice& c : ops_[k])
+          least = std::min(least, parameter_cost(t, c.inputs[i].want).first);
+        here += least;
+      }
+      param_to_go_[k] = param_to_go_[k + 1] + here;
+    }
+  }
+
+  struct Input {
+    std::uint32_t want = 0;  // spec index of the input spec
+    std::uint32_t want_plain =
+        0;                   // without Partial (the gradient spec a parameter gets reduced to)
+    std::uint32_t grad = 0;  // spec index of the gradient this op hands back
+    bool saved = false;      // saved for backward (non-parameter)
+  };
+  struct Choice {
+    std::size_t index = 0;  // in enumerate_strategies order
+    StaticVector<Input, 3> inputs{};
+    std::uint32_t output = 0;
+    double micro_s = 0;    // compute + inside-op collectives, one micro-batch
+    double forward_s = 0;  // compute + inside-op collectives of forward (recompute)
+    double sync_s = 0;     // parameter-gradient reductions, once per step
+    std::int64_t private_saved = 0;
+    std::int64_t temporaries = 0;
+    bool saves_output = false;
+  };
+
+  [[nodiscard]] const Graph& graph() const { return g_; }
+  [[nodiscard]] const DeviceMesh& mesh() const { return mesh_; }
+  [[nodiscard]] const HardwareProfile& hardware() const { return hw_; }
+  [[nodiscard]] const DpOptions& options() const { return options_; }
+  [[nodiscard]] const std::vector<Choice>& choices(std::size_t k) const { return ops_[k]; }
+  [[nodiscard]] std::int32_t last_use(TensorId t) const { return last_use_[t.index()]; }
+  [[nodiscard]] std::int32_t first_use(TensorId t) const { return first_use_[t.index()]; }
+  // A lower bound on the persistent bytes the parameters first read at op k or later add to any
+  // plan (k = num_ops: 0).
+  [[nodiscard]] std::int64_t param_bytes_to_go(std::size_t k) const { return param_to_go_[k]; }
+  // The first op at or after k that reads t; INT32_MAX if none.
+  [[nodiscard]] std::int32_t next_use(TensorId t, std::int32_t k) const {
+    const std::vector<std::int32_t>& u = uses_[t.index()];
+    const auto it = std::lower_bound(u.begin(), u.end(), k);
+    return it == u.end() ? std::numeric_limits<std::int32_t>::max() : *it;
+  }
+
+  ReshardGraph& reshard_graph(TensorId t) { return *shared(t).graph; }
+  std::uint32_t spec_index(TensorId t, const ShardingSpec& s) {
+    return static_cast<std::uint32_t>(reshard_graph(t).index(s, "strategy spec"));
+  }
+  const ShardingSpec& spec(TensorId t, std::uint32_t i) { return reshard_graph(t).spec(i); }
+  double move_time(TensorId t, std::uint32_t from, std::uint32_t to) {
+    if (from == to) return 0;
+    return reshard_graph(t).time(from, to);
+  }
+  // Bytes a move from `from` to `to` holds beyond its source while it runs and while its result
+  // lives: the plan's extra memory, which includes the moved copy (search/evaluate.hpp's move
+  // transient); 0 for no move.
+  // Cached per reshard graph (tensors of one shape and dtype share it), one row per source spec.
+  std::int64_t move_transient(TensorId t, std::uint32_t from, std::uint32_t to) {
+    if (from == to) return 0;
+    SharedGraph& sg = shared(t);
+    std::vector<std::int64_t>& row = sg.transient[from];
+    if (row.empty()) row.assign(sg.graph->size(), -1);
+    std::int64_t& v = row[to];
+    if (v < 0) v = std::max(local_bytes(t, to), sg.graph->plan(from, to).extra_memory_bytes);
+    return v;
+  }
+  // The index of spec `i` of t without its Partial axes.
+  std::uint32_t plain_index(TensorId t, std::uint32_t i) {
+    SharedGraph& sg = shared(t);
+    std::uint32_t& p = sg.plain[i];
+    if (p == kNoIndex)
+      p = static_cast<std::uint32_t>(sg.graph->index(without_partial(sg.graph->spec(i)), "spec"));
+    return p;
+  }
+  // A shard's bytes: the reshard graph's, whose dtype has the tensor's element size (fp32 for
+  // int32 token ids) and whose specs split evenly.
+  std::int64_t local_bytes(TensorId t, std::uint32_t spec_index) {
+    return reshard_graph(t).local_bytes(spec_index);
+  }
+  // Persistent bytes and ZeRO-3 gather time (both directions, one micro-batch) of a parameter
+  // stored in spec `s`.
+  std::pair<std::int64_t, double> parameter_cost(TensorId t, std::uint32_t s) {
+    const std::int64_t bytes = local_bytes(t, s);
+    const std::int64_t elements = bytes / element_bytes(g_.tensor(t));
+    const ShardingSpec& stored = spec(t, s);
+    const std::int64_t persistent =
+        zero_persistent_bytes(elements, element_bytes(g_.tensor(t)), options_.precision,
+                              options_.zero_stage, replication_factor(stored, mesh_));
+    const double gather =
+        options_.zero_stage == 3 ? 2 * zero3_gather_time(bytes, stored, mesh_, hw_) : 0.0;
+    return {persistent, gather};
+  }
+
+ private:
+  Choice make(std::size_t k, const Strategy& s, std::size_t index) {
+    const Op& op = g_.ops()[k];
+    Choice c;
+    c.index = index;
+    const auto saved = saved_tensors(g_, op);
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      const TensorId t = op.inputs[i];
+      Input in;
+      in.want = spec_index(t, s.sharding.inputs[i]);
+      in.want_plain = spec_index(t, without_partial(s.sharding.inputs[i]));
+      in.grad = spec_index(t, s.gradients[i]);
+      in.saved = g_.tensor(t).kind != TensorKind::parameter &&
+                 std::find(saved.begin(), saved.end(), t) != saved.end();
+      c.inputs.push_back(in);
+    }
+    c.output = spec_index(op.output, s.sharding.output);
+    c.saves_output = std::find(saved.begin(), saved.end(), op.output) != saved.end();
+    const StrategyTime t = strategy_time(s, mesh_, hw_);
+    c.sync_s = collectives_time(s.gradient_sync, mesh_, hw_);
+    c.forward_s = t.compute_forward_s + t.comm_forward_s;
+    c.micro_s = t.compute_forward_s + t.compute_backward_s + t.comm_forward_s +
+                (t.comm_backward_s - c.sync_s);
+    c.private_saved = s.cost.private_saved_bytes;
+    // ZeRO-3 gathers the op's parameters for the time it runs.
+    c.temporaries =
+        s.memory.temporaries + (options_.zero_stage == 3 ? parameter_bytes(g_, s, mesh_) : 0);
+    return c;
+  }
+
+  const Graph& g_;
+  const DeviceMesh& mesh_;
+  const HardwareProfile& hw_;
+  DpOptions options_;
+  std::vector<std::int32_t> last_use_;
+  std::vector<std::int32_t> first_use_;
+  std::vector<std::vector<std::int32_t>> uses_;  // per tensor: the ops that read it, increasing
+  std::vector<std::vector<Choice>> ops_;
+  std::vector<std::int64_t> param_to_go_;
+  // A reshard graph with the caches of the tensors of its shape and dtype.
+  static constexpr std::uint32_t kNoIndex = std::numeric_limits<std::uint32_t>::max();
+  struct SharedGraph {
+    std::unique_ptr<ReshardGraph> graph;
+    std::vector<std::vector<std::int64_t>> transient;  // [from][to], rows filled when used
+    std::vector<std::uint32_t> plain;                  // spec without Partial axes
+  };
+  SharedGraph& shared(TensorId t) {
+    if (graphs_[t.index()] == nullptr) {
+      const TensorInfo& info = g_.tensor(t);
+      const DType dt = info.kind == TensorKind::index ? DType::fp32 : info.dtype;
+      const std::string key = detail::concat(info.shape, '|', dt);
+      auto it = by_shape_.find(key);
+      if (it == by_shape_.end()) {
+        SharedGraph sg;
+        sg.graph = std::make_unique<ReshardGraph>(
+            info.shape, dt, mesh_, hw_, ReshardOptions{.make_partial = MakePartial::allow});
+        sg.transient.resize(sg.graph->size());
+        sg.plain.assign(sg.graph->size(), kNoIndex);
+        it = by_shape_.emplace(key, std::move(sg)).first;
+      }
+      graphs_[t.index()] = &it->second;
+    }
+    return *graphs_[t.index()];
+  }
+  std::vector<SharedGraph*> graphs_;
+  std::map<std::string, SharedGraph> by_shape_;
+};
+
+}  // namespace detail
+
+}  // namespace carto

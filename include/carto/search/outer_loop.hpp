@@ -1,0 +1,272 @@
+// carto/search/outer_loop.hpp — the joint search: the DP (search/dp.hpp) over every outer choice,
+// merged into one Plan.
+//
+// Design note (DESIGN.md §6). search() runs the DP once per combination of the outer choices —
+// every logical mesh for the device count (each factorisation into 1 to 3 axes of size ≥ 2, in the
+// order given by mesh_candidates, the last axis innermost), every ZeRO stage in
+// SearchOptions::zero_stages, every micro-batch count in SearchOptions::micro_batches that divides
+// the global batch — merges the frontiers, and returns the fastest plan whose peak fits the budget,
+// with the merged frontier of the plans that fit (the DP drops partial plans over the budget, which
+// is exact for them and makes a tight budget cheaper to search). No plan fits: a carto::Error that
+// states the least memory any plan needs and which plan that is (found by a second sweep whose
+// DPs minimize the peak alone, DpOptions::least_memory). Two reductions keep that exact while
+// running fewer DPs: of ZeRO stages 0-2 only the highest listed is searched (the others take the
+// same time with no less memory; the chosen plan is then reported under the lowest listed stage it
+// fits at), and of meshes that differ only by a renaming of axes with the same size and link, only
+// the first (detail::mesh_cost_class; in the standard space the renaming must keep the axes' order,
+// as its specs do).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "carto/cost/hardware.hpp"
+#include "carto/search/dp.hpp"
+#include "carto/search/model.hpp"
+#include "carto/search/plan.hpp"
+#include "carto/search/price.hpp"
+#include "carto/search/space.hpp"
+#include "carto/spec/mesh.hpp"
+#include "carto/util/units.hpp"
+
+namespace carto {
+
+// Every logical mesh of `devices`: factorisations into 1-3 axes of size >= 2 (the last innermost),
+// named x, y, z. One device: the mesh {x:1}.
+inline std::vector<DeviceMesh> mesh_candidates(std::int64_t devices, std::size_t max_axes = 3) {
+  if (devices < 1) detail::fail("carto: the device count must be positive; got ", devices);
+  std::vector<DeviceMesh> out;
+  if (devices == 1) return {parse_mesh("x=1")};
+  std::vector<std::int64_t> sizes;
+  std::function<void(std::int64_t)> rec = [&](std::int64_t rest) {
+    if (rest == 1) {
+      StaticVector<MeshAxis, kMaxMeshAxes> axes;
+      constexpr std::string_view kNames[] = {"x", "y", "z"};
+      for (std::size_t i = 0; i < sizes.size(); ++i)
+        axes.push_back({AxisName(kNames[i]), sizes[i]});
+      out.push_back(detail::mesh_from_axes(axes));
+      return;
+    }
+    if (sizes.size() == max_axes) return;
+    for (std::int64_t f = 2; f <= rest; ++f) {
+      if (rest % f != 0) continue;
+      sizes.push_back(f);
+      rec(rest / f);
+      sizes.pop_back();
+    }
+  };
+  rec(devices);
+  return out;
+}
+
+struct SearchOptions {
+  Precision precision = Precision::mixed_bf16;
+  LayerNormStats layernorm_stats = LayerNormStats::counted;
+  DropoutMasks dropout_masks = DropoutMasks::stored;  // regenerated: what carto's runtime does
+  std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max();  // bytes per device
+  std::vector<int> zero_stages{0, 1, 2, 3};
+  std::vector<std::int64_t> micro_batches{1};  // candidates; each must divide the global batch
+  CheckpointChoice checkpoint = CheckpointChoice::search;
+  SearchSpace space = SearchSpace::standard;  // search/space.hpp
+  double tolerance = 0;                       // the memory resolution ε (DpOptions::tolerance)
+  std::vector<Pin> pins{};
+  std::size_t max_mesh_axes = 3;  // logical meshes of 1 .. max_mesh_axes axes
+  double time_limit_s = 0;        // > 0: search() fails once it has run this long
+  // The logical meshes to try; empty: every factorisation of the device count (max_mesh_axes).
+  std::vector<DeviceMesh> meshes{};
+};
+
+namespace detail {
+
+// The ZeRO stages whose DPs are run for `stages`. Stages 0, 1 and 2 differ only in the persistent
+// bytes of a parameter (optimizer states, then gradients, sharded over its replicas, rounded up,
+// so never more), not in time or in any other memory: every plan under stage 0 or 1 takes the
+// same time and at least the memory of the same plan under stage 2. So the highest of 0-2 present
+// stands for the three (its frontier is the frontier of the three) and stage 3 (which adds
+// gathers) is run on its own.
+inline std::vector<int> zero_stages_to_run(const std::vector<int>& stages) {
+  std::vector<int> out;
+  int top = -1;
+  for (const int z : stages) {
+    if (z >= 0 && z <= 2) {
+      top = std::max(top, z);
+    } else if (std::find(out.begin(), out.end(), z) == out.end()) {
+      out.push_back(z);  // 3, or a stage the DP rejects by name
+    }
+  }
+  if (top >= 0) out.insert(out.begin(), top);
+  return out;
+}
+
+// A key equal for two meshes whose DPs give the same frontier: the link level of every axis in
+// axis order, and per level the sizes of its axes. Renaming axes of one level (and size) onto
+// each other maps every spec, strategy and move of one mesh onto the other's at the same cost:
+// a collective's time depends only on its axis's size and link (cost/collectives.hpp), and
+// ZeRO-3's gathers, which run innermost first, keep their order across levels, while within one
+// link level a chain of ring all-gathers costs the same in any order (the (n-1)/n terms
+// telescope to the product's). Pins name axes, so a search with pins keeps every mesh. With
+// `ordered` (the standard space's mesh order) a renaming must also keep the axes' order, so
+// the key is each axis's level and size in axis order.
+inline std::string mesh_cost_class(const DeviceMesh& mesh, const HardwareProfile& hw,
+                                   bool ordered = false) {
+  std::vector<std::pair<std::size_t, std::int64_t>> sizes;
+  std::string key;
+  for (std::size_t i = 0; i < mesh.num_axes(); ++i) {
+    const std::size_t level = axis_link_level(mesh, i, hw);
+    key += ordered ? concat(level, ':', mesh.axis(i).size, ',') : concat(level, ',');
+    sizes.emplace_back(level, mesh.axis(i).size);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  key += '|';
+  for (const auto& [level, size] : sizes) key += concat(level, ':', size, ',');
+  return key;
+}
+
+}  // namespace detail
+
+// The joint search (see the design note). `make_graph(micro_batch)` builds the graph for one
+// micro-batch size; `global_batch` is split into m micro-batches for each candidate m.
+template <class MakeGraph>
+Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_batch,
+            std::int64_t devices, const HardwareProfile& hw, const SearchOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline =
+      options.time_limit_s > 0
+          ? start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(options.time_limit_s))
+          : std::chrono::steady_clock::time_point::max();
+  struct Best {
+    bool found = false;
+    double time = 0;
+    DpPoint point;
+    DeviceMesh mesh;
+    DpOptions dp;
+    std::int64_t micro = 0;
+  };
+  Best best, least;
+  least.point.peak_bytes = std::numeric_limits<std::int64_t>::max();
+  std::vector<FrontierPoint> all;
+  bool any_micro = false;
+  const std::vector<DeviceMesh> meshes =
+      options.meshes.empty() ? mesh_candidates(devices, options.max_mesh_axes) : options.meshes;
+  for (const DeviceMesh& mesh : meshes) {
+    if (mesh.num_devices() != devices) {
+      detail::fail("carto: SearchOptions::meshes holds mesh ", mesh, " of ", mesh.num_devices(),
+                   " devices; the search is for ", devices, " devices");
+    }
+  }
+  // Every outer choice; the DP drops partial plans over `budget`. `least_memory`: each DP minimizes
+  // the peak alone (for the error of an infeasible budget).
+  auto sweep = [&](std::int64_t budget, bool least_memory) {
+    for (const std::int64_t m : options.micro_batches) {
+      if (m < 1 || global_batch % m != 0) continue;
+      any_micro = true;
+      const Graph g = make_graph(global_batch / m);
+      std::vector<std::string> classes;
+      for (const DeviceMesh& mesh : meshes) {
+        if (options.pins.empty()) {  // one mesh of each cost class (see mesh_cost_class)
+          std::string key =
+              detail::mesh_cost_class(mesh, hw, options.space == SearchSpace::standard);
+          if (std::find(classes.begin(), classes.end(), key) != classes.end()) continue;
+          classes.push_back(std::move(key));
+        }
+        const StrategyOptions sopt{.precision = options.precision,
+                                   .layernorm_stats = options.layernorm_stats,
+                                   .dropout_masks = options.dropout_masks};
+        const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
+        for (const int zero : detail::zero_stages_to_run(options.zero_stages)) {
+          const DpOptions dp{.precision = options.precision,
+                             .layernorm_stats = options.layernorm_stats,
+                             .dropout_masks = options.dropout_masks,
+                             .zero_stage = zero,
+                             .micro_batches = m,
+                             .checkpoint = options.checkpoint,
+                             .space = options.space,
+                             .tolerance = least_memory ? 0.0 : options.tolerance,
+                             .memory_budget = budget,
+                             .least_memory = least_memory,
+                             .deadline = deadline};
+          const DpResult r = dp_frontier(g, mesh, hw, dp, filter);
+          for (const DpPoint& p : r.frontier) {
+            all.push_back({.time_s = p.time_s,
+                           .peak_bytes = p.peak_bytes,
+                           .mesh = to_string(mesh),
+                           .zero_stage = zero,
+                           .micro_batches = m});
+            if (p.peak_bytes <= options.memory_budget && (!best.found || p.time_s < best.time)) {
+              best = {
+                  .found = true, .time = p.time_s, .point = p, .mesh = mesh, .dp = dp, .micro = m};
+            }
+            if (p.peak_bytes < least.point.peak_bytes) {
+              least = {
+                  .found = true, .time = p.time_s, .point = p, .mesh = mesh, .dp = dp, .micro = m};
+            }
+          }
+        }
+      }
+    }
+  };
+  sweep(options.memory_budget, false);
+  if (!any_micro) {
+    detail::fail("carto: no micro-batch count in the candidates divides the global batch ",
+                 global_batch);
+  }
+  if (!best.found) {
+    sweep(std::numeric_limits<std::int64_t>::max(), true);  // only to name the least memory
+    {
+      DpOptions dp = least.dp;
+      dp.least_memory = false;
+      least.time = evaluate_point(make_graph(global_batch / least.micro), least.mesh, hw, dp,
+                                  least.point.strategy, least.point.checkpointed)
+                       .time_s;
+    }
+    detail::fail("carto: no plan fits the memory budget of ", format_bytes(options.memory_budget),
+                 " per device; the least memory any plan needs is ",
+                 format_bytes(least.point.peak_bytes), " (", least.point.peak_bytes,
+                 " bytes): mesh ", least.mesh, ", ZeRO stage ", least.dp.zero_stage, ", ",
+                 least.micro, " micro-batches, step time ", least.time, " s");
+  }
+  // The merged frontier over every outer choice.
+  std::sort(all.begin(), all.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
+    return a.time_s != b.time_s ? a.time_s < b.time_s : a.peak_bytes < b.peak_bytes;
+  });
+  Plan plan;
+  std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
+  for (const FrontierPoint& p : all) {
+    if (p.peak_bytes < lowest) {
+      lowest = p.peak_bytes;
+      plan.frontier.push_back(p);
+    }
+  }
+  const Graph g = make_graph(global_batch / best.micro);
+  // The best plan under the lowest listed ZeRO stage of 0-2 that it fits at: the same time.
+  if (best.dp.zero_stage <= 2) {
+    std::vector<int> lower = options.zero_stages;
+    std::sort(lower.begin(), lower.end());
+    for (const int z : lower) {
+      if (z < 0 || z >= best.dp.zero_stage) continue;
+      DpOptions dp = best.dp;
+      dp.zero_stage = z;
+      if (evaluate_point(g, best.mesh, hw, dp, best.point.strategy, best.point.checkpointed)
+              .peak_bytes <= options.memory_budget) {
+        best.dp = dp;
+        break;
+      }
+    }
+  }
+  plan.model = std::string(model);
+  set_fingerprint(plan, g);
+  detail::describe_plan(plan, g, best.mesh, hw, best.dp, best.point);
+  plan.search_time_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return plan;
+}
+
+}  // namespace carto

@@ -1,0 +1,249 @@
+// carto/search/plan_io.hpp — a Plan as JSON (save and load, checked field by field) and as text.
+//
+// Design note. JSON format "carto-plan/1": model fingerprint (ops, groups, tensors, shapes), the
+// search space and its memory resolution, mesh, zero_stage, micro_batches, ops (name, strategy,
+// input_specs, output_spec, checkpointed), predicted time and memory with their breakdowns,
+// frontier, search_time_s. plan_from_json checks the format, every field and that the plan fits
+// the given graph and mesh, naming the field that does not; a file written before the space was
+// recorded reads as the full space.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "carto/error.hpp"
+#include "carto/graph/graph.hpp"
+#include "carto/search/plan.hpp"
+#include "carto/search/space.hpp"
+#include "carto/spec/text.hpp"
+#include "carto/util/json.hpp"
+#include "carto/util/units.hpp"
+
+namespace carto {
+
+// ---- JSON
+// ----------------------------------------------------------------------------------------
+
+inline constexpr std::string_view kPlanFormat = "carto-plan/1";
+
+inline Json to_json(const Plan& p) {
+  Json j;
+  j["format"] = kPlanFormat;
+  j["model"] = p.model;
+  j["fingerprint"]["ops"] = p.fingerprint_ops;
+  j["fingerprint"]["groups"] = p.fingerprint_groups;
+  j["fingerprint"]["tensors"] = p.fingerprint_tensors;
+  j["fingerprint"]["shapes"] = p.fingerprint_shapes;
+  j["search_space"] = std::string(to_string_view(p.space));
+  j["tolerance"] = p.tolerance;
+  j["mesh"] = Json::array();
+  for (const MeshAxis& a : p.mesh.axes()) {
+    Json axis;
+    axis["name"] = std::string(a.name.view());
+    axis["size"] = a.size;
+    j["mesh"].push_back(axis);
+  }
+  j["zero_stage"] = p.zero_stage;
+  j["micro_batches"] = p.micro_batches;
+  j["ops"] = Json::array();
+  for (std::size_t k = 0; k < p.ops.size(); ++k) {
+    const PlanOp& op = p.ops[k];
+    Json o;
+    o["name"] = op.name;
+    o["strategy"] = op.strategy;
+    o["strategy_index"] = static_cast<std::int64_t>(p.strategy[k]);
+    o["input_specs"] = Json::array();
+    for (const std::string& s : op.input_specs) o["input_specs"].push_back(s);
+    o["output_spec"] = op.output_spec;
+    o["checkpointed"] = op.checkpointed;
+    j["ops"].push_back(o);
+  }
+  j["predicted"]["step_time_s"] = p.step_time_s;
+  for (const auto& [k, v] : p.time_breakdown) j["predicted"]["time_breakdown"][k] = v;
+  j["predicted"]["peak_memory_bytes"] = p.peak_memory_bytes;
+  for (const auto& [k, v] : p.memory_breakdown) j["predicted"]["memory_breakdown"][k] = v;
+  if (p.memory_breakdown.empty()) j["predicted"]["memory_breakdown"] = Json::object();
+  if (p.time_breakdown.empty()) j["predicted"]["time_breakdown"] = Json::object();
+  j["frontier"] = Json::array();
+  for (const FrontierPoint& f : p.frontier) {
+    Json o;
+    o["time_s"] = f.time_s;
+    o["peak_memory_bytes"] = f.peak_bytes;
+    o["mesh"] = f.mesh;
+    o["zero_stage"] = f.zero_stage;
+    o["micro_batches"] = f.micro_batches;
+    j["frontier"].push_back(o);
+  }
+  j["search_time_s"] = p.search_time_s;
+  return j;
+}
+
+namespace detail {
+inline const Json& field(const Json& j, std::string_view path, std::string_view name) {
+  if (!j.is_object()) fail("carto: plan file: '", path, "' is not an object");
+  const Json* v = j.find(name);
+  if (v == nullptr)
+    fail("carto: plan file: field '", path, path.empty() ? "" : ".", name, "' is missing");
+  return *v;
+}
+template <class F>
+auto typed(const Json& j, std::string_view path, F&& get) {
+  try {
+    return get(j);
+  } catch (const Error& e) {
+    fail("carto: plan file: field '", path, "' has the wrong type (", e.what(), ")");
+  }
+}
+}  // namespace detail
+
+// Reads a plan and checks it against the graph and mesh it is meant for; errors name the field.
+inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh = nullptr) {
+  using detail::field;
+  using detail::typed;
+  auto str = [](const Json& v) { return v.as_string(); };
+  auto i64 = [](const Json& v) { return v.as_int(); };
+  auto dbl = [](const Json& v) { return v.as_double(); };
+  Plan p;
+  const std::string format = typed(field(j, "", "format"), "format", str);
+  if (format != kPlanFormat) {
+    detail::fail("carto: plan file: field 'format' is '", format, "'; this carto reads '",
+                 kPlanFormat, "'");
+  }
+  p.model = typed(field(j, "", "model"), "model", str);
+  const Json& fp = field(j, "", "fingerprint");
+  p.fingerprint_ops = typed(field(fp, "fingerprint", "ops"), "fingerprint.ops", i64);
+  p.fingerprint_groups = typed(field(fp, "fingerprint", "groups"), "fingerprint.groups", i64);
+  p.fingerprint_tensors = typed(field(fp, "fingerprint", "tensors"), "fingerprint.tensors", i64);
+  if (p.fingerprint_ops != static_cast<std::int64_t>(g.num_ops()) ||
+      p.fingerprint_groups != static_cast<std::int64_t>(g.groups().size()) ||
+      p.fingerprint_tensors != static_cast<std::int64_t>(g.tensors().size())) {
+    detail::fail("carto: plan file: field 'fingerprint' describes a model of ", p.fingerprint_ops,
+                 " ops, ", p.fingerprint_groups, " groups and ", p.fingerprint_tensors,
+                 " tensors; this model has ", g.num_ops(), ", ", g.groups().size(), " and ",
+                 g.tensors().size(), ": the plan was made for another model ('", p.model, "')");
+  }
+  p.fingerprint_shapes = typed(field(fp, "fingerprint", "shapes"), "fingerprint.shapes", str);
+  if (p.fingerprint_shapes != shape_fingerprint(g)) {
+    detail::fail("carto: plan file: field 'fingerprint.shapes' is ", p.fingerprint_shapes,
+                 " but this model's tensors give ", shape_fingerprint(g),
+                 ": the plan was made for the same layers with other sizes (batch, sequence, "
+                 "hidden, heads or vocabulary) of '",
+                 p.model, "'; search again for these sizes");
+  }
+  if (const Json* v = j.find("search_space")) {
+    const std::string space = typed(*v, "search_space", str);
+    if (space != "standard" && space != "full")
+      detail::fail("carto: plan file: field 'search_space' is '", space, "'; use standard or full");
+    p.space = parse_search_space(space);
+  } else {
+    p.space = SearchSpace::full;  // written before the space was recorded
+  }
+  if (const Json* v = j.find("tolerance")) {
+    p.tolerance = typed(*v, "tolerance", dbl);
+    if (!(p.tolerance >= 0) || !std::isfinite(p.tolerance))
+      detail::fail("carto: plan file: field 'tolerance' is ", p.tolerance,
+                   "; it must be a finite number ≥ 0");
+  }
+  StaticVector<MeshAxis, kMaxMeshAxes> axes;
+  const Json& mj = field(j, "", "mesh");
+  for (const Json& a : typed(mj, "mesh", [](const Json& v) { return v.as_array(); })) {
+    if (axes.size() == kMaxMeshAxes)
+      detail::fail("carto: plan file: field 'mesh' has more than 3 axes");
+    const std::string name = typed(field(a, "mesh[]", "name"), "mesh[].name", str);
+    if (!is_valid_name(name))
+      detail::fail("carto: plan file: field 'mesh[].name' is '", name, "', not an axis name");
+    axes.push_back({AxisName(name), typed(field(a, "mesh[]", "size"), "mesh[].size", i64)});
+  }
+  p.mesh = detail::mesh_from_axes(axes);
+  if (mesh != nullptr && !(*mesh == p.mesh)) {
+    detail::fail("carto: plan file: field 'mesh' is ", p.mesh, " but the run's mesh is ", *mesh);
+  }
+  p.zero_stage = static_cast<int>(typed(field(j, "", "zero_stage"), "zero_stage", i64));
+  if (p.zero_stage < 0 || p.zero_stage > 3)
+    detail::fail("carto: plan file: field 'zero_stage' is ", p.zero_stage, "; use 0-3");
+  p.micro_batches = typed(field(j, "", "micro_batches"), "micro_batches", i64);
+  if (p.micro_batches < 1)
+    detail::fail("carto: plan file: field 'micro_batches' must be at least 1");
+  const auto& ops = typed(field(j, "", "ops"), "ops", [](const Json& v) { return v.as_array(); });
+  if (ops.size() != g.num_ops()) {
+    detail::fail("carto: plan file: field 'ops' has ", ops.size(), " entries; the model has ",
+                 g.num_ops(), " ops");
+  }
+  const std::vector<std::string> names = op_names(g);
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const Json& o = ops[k];
+    PlanOp op;
+    op.name = typed(field(o, "ops[]", "name"), "ops[].name", str);
+    if (op.name != names[k]) {
+      detail::fail("carto: plan file: field 'ops[", k, "].name' is '", op.name,
+                   "'; the model's op ", k, " is '", names[k], "'");
+    }
+    op.strategy = typed(field(o, "ops[]", "strategy"), "ops[].strategy", str);
+    p.strategy.push_back(static_cast<std::size_t>(
+        typed(field(o, "ops[]", "strategy_index"), "ops[].strategy_index", i64)));
+    for (const Json& s : typed(field(o, "ops[]", "input_specs"), "ops[].input_specs",
+                               [](const Json& v) { return v.as_array(); })) {
+      op.input_specs.push_back(typed(s, "ops[].input_specs[]", str));
+      (void)parse_spec(op.input_specs.back());
+    }
+    op.output_spec = typed(field(o, "ops[]", "output_spec"), "ops[].output_spec", str);
+    (void)parse_spec(op.output_spec);
+    op.checkpointed = typed(field(o, "ops[]", "checkpointed"), "ops[].checkpointed",
+                            [](const Json& v) { return v.as_bool(); });
+    p.ops.push_back(std::move(op));
+  }
+  const Json& pred = field(j, "", "predicted");
+  p.step_time_s = typed(field(pred, "predicted", "step_time_s"), "predicted.step_time_s", dbl);
+  p.peak_memory_bytes =
+      typed(field(pred, "predicted", "peak_memory_bytes"), "predicted.peak_memory_bytes", i64);
+  for (const auto& [k, v] :
+       typed(field(pred, "predicted", "time_breakdown"), "predicted.time_breakdown",
+             [](const Json& x) { return x.as_object(); })) {
+    p.time_breakdown[k] = typed(v, "predicted.time_breakdown", dbl);
+  }
+  for (const auto& [k, v] :
+       typed(field(pred, "predicted", "memory_breakdown"), "predicted.memory_breakdown",
+             [](const Json& x) { return x.as_object(); })) {
+    p.memory_breakdown[k] = typed(v, "predicted.memory_breakdown", i64);
+  }
+  for (const Json& f :
+       typed(field(j, "", "frontier"), "frontier", [](const Json& v) { return v.as_array(); })) {
+    p.frontier.push_back(
+        {.time_s = typed(field(f, "frontier[]", "time_s"), "frontier[].time_s", dbl),
+         .peak_bytes = typed(field(f, "frontier[]", "peak_memory_bytes"),
+                             "frontier[].peak_memory_bytes", i64),
+         .mesh = typed(field(f, "frontier[]", "mesh"), "frontier[].mesh", str),
+         .zero_stage = static_cast<int>(
+             typed(field(f, "frontier[]", "zero_stage"), "frontier[].zero_stage", i64)),
+         .micro_batches =
+             typed(field(f, "frontier[]", "micro_batches"), "frontier[].micro_batches", i64)});
+  }
+  p.search_time_s = typed(field(j, "", "search_time_s"), "search_time_s", dbl);
+  return p;
+}
+
+inline std::ostream& operator<<(std::ostream& out, const Plan& p) {
+  out << "plan for " << p.model << " on mesh " << p.mesh << ", ZeRO stage " << p.zero_stage << ", "
+      << p.micro_batches << " micro-batch" << (p.micro_batches == 1 ? "" : "es") << " ("
+      << to_string_view(p.space) << " search space, memory resolution " << p.tolerance << ")\n";
+  out << "predicted step time " << p.step_time_s << " s, peak memory "
+      << format_bytes(p.peak_memory_bytes) << " per device\n";
+  for (const auto& [k, v] : p.time_breakdown) {
+    if (v > 0) out << "  time " << k << ": " << v << " s\n";
+  }
+  std::size_t width = 4;
+  for (const PlanOp& op : p.ops) width = std::max(width, op.name.size());
+  for (const PlanOp& op : p.ops) {
+    out << "  " << op.name << std::string(width - op.name.size() + 2, ' ') << op.strategy
+        << (op.checkpointed ? "  [checkpointed]" : "") << "\n";
+  }
+  return out;
+}
+
+}  // namespace carto

@@ -394,40 +394,34 @@ class DpCore {
 
   // ---- merging ----
   static bool flat(const std::vector<Label>& labels) {
-    return std::all_of(labels.begin(), labels.end(),
-                       [](const Label& l) { return l.open_saved == 0 && l.open_temp == 0; });
-  }
-  // Whether labels are sorted like combine_jobs' heap: by time, then base, then extra.
-  static bool in_order(const Label& a, const Label& b) {
-    if (a.time != b.time) return a.time < b.time;
-    if (a.base != b.base) return a.base < b.base;
-    return a.extra < b.extra;
+    return std::all_of(labels.begin(), labels.end(), is_flat);
   }
   static bool sorted(const std::vector<Label>& labels) {
-    return std::is_sorted(labels.begin(), labels.end(), in_order);
+    return std::is_sorted(labels.begin(), labels.end(), label_order);
   }
-  // Per position j of an internal list: the least base and base + extra from j to its end.
+  // Per position j of an internal list: the least of each memory component (search/frontier.hpp's
+  // Bound, and base + extra) from j to its end.
   struct SuffixMinima {
-    std::vector<std::int64_t> base;
-    std::vector<std::int64_t> peak;
+    std::vector<Bound> from{};
   };
   struct BlockExit {
     std::vector<Live> live;     // relative to the first block's tensors
-    std::vector<Label> labels;  // internal, from a zero label, closed
+    std::vector<Label> labels;  // internal, from a zero label, in label_order
     SuffixMinima suffix{};
     bool flat = true;
   };
   static BlockExit make_exit(std::vector<Live> live, std::vector<Label> labels) {
+    if (!sorted(labels)) std::sort(labels.begin(), labels.end(), label_order);
     BlockExit x{.live = std::move(live), .labels = std::move(labels)};
     x.flat = flat(x.labels);
-    x.suffix.base.resize(x.labels.size());
-    x.suffix.peak.resize(x.labels.size());
-    std::int64_t b = std::numeric_limits<std::int64_t>::max(), p = b;
+    x.suffix.from.resize(x.labels.size());
+    constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
+    Bound m{top, top, top, top};
     for (std::size_t j = x.labels.size(); j-- > 0;) {
-      b = std::min(b, x.labels[j].base);
-      p = std::min(p, x.labels[j].base + x.labels[j].extra);
-      x.suffix.base[j] = b;
-      x.suffix.peak[j] = p;
+      const Bound b = bound_of(x.labels[j]);
+      m = {std::min(m.base, b.base), std::min(m.peak, b.peak), std::min(m.saved, b.saved),
+           std::min(m.temp, b.temp)};
+      x.suffix.from[j] = m;
     }
     return x;
   }
@@ -446,6 +440,13 @@ class DpCore {
     n.open_temp = std::max(outer.open_temp, outer.open_saved + internal.open_temp);
     return n;
   }
+  // A lower bound of every combine(outer, internal[j']) for j' >= j (internal's suffix minima m):
+  // each component of the pair is a sum or maximum of the two labels' components.
+  static Bound combined_bound(const Label& o, const Bound& m) {
+    return {o.base + m.base, o.base + std::max(m.base + o.extra, m.peak),
+            o.base + o.open_saved + m.saved,
+            o.base + std::max(o.open_temp + m.base, o.open_saved + m.temp)};
+  }
 
   // Every label of `outer` followed by every label of `internal` (a memoized run), for one next
   // state; `link` becomes the trace of each pair.
@@ -458,11 +459,12 @@ class DpCore {
   };
   using Jobs = std::unordered_map<State, std::vector<Job>, StateHash>;
 
-  // The Pareto-optimal pairs of every next state. Flat labels (no open checkpointed block) come
-  // out of pareto_filter sorted by (time, base, extra), so each outer label followed by the
-  // internal list is a sorted stream: a heap merges the streams in that order through the same
-  // staircase pareto_filter uses, without materializing or sorting the pairs. Others go through
-  // pareto_filter.
+  // The Pareto-optimal pairs of every next state. Labels come out of pareto_filter and of every
+  // merge in label_order, so each outer label followed by the internal list is a stream sorted by
+  // time: a heap merges the streams in that order through a Dominance of the kept pairs (the
+  // staircase of flat labels, or for an open checkpointed block the staircase tree over the
+  // pairs' possible bases), without materializing or sorting the pairs. Pairs of general
+  // non-flat labels (with extra) go through pareto_filter.
   Frontier combine_jobs(const Jobs& jobs, std::int32_t pos) {
     Frontier out;
     Frontier pending;
@@ -470,24 +472,42 @@ class DpCore {
     const double tolerance = merge_tolerance();
     const std::int64_t budget = budget_at(pos);
     struct Cursor {
-      double time;
-      std::int64_t base;
-      std::int64_t extra;
+      Label pair;
       std::uint32_t job;
       std::uint32_t i;
       std::uint32_t j;
     };
-    auto later = [](const Cursor& x, const Cursor& y) {
-      if (x.time != y.time) return x.time > y.time;
-      if (x.base != y.base) return x.base > y.base;
-      return x.extra > y.extra;
-    };
+    auto later = [](const Cursor& x, const Cursor& y) { return label_order(y.pair, x.pair); };
     std::vector<Cursor> heap;
     for (const auto& [state, list] : jobs) {
       check_deadline();
       const bool all_flat = std::all_of(list.begin(), list.end(),
                                         [](const Job& j) { return j.outer_flat && j.exit->flat; });
-      if (!all_flat) {
+      // The tree form needs every extra 0 and the pairs' bases.
+      std::vector<std::int64_t> bases;
+      bool tree = !all_flat;
+      if (tree) {
+        std::vector<std::int64_t> outer_bases, inner_bases;
+        for (const Job& job : list) {
+          for (const Label& l : *job.outer) {
+            tree = tree && l.extra == 0;
+            outer_bases.push_back(l.base);
+          }
+          for (const Label& l : job.exit->labels) {
+            tree = tree && l.extra == 0;
+            inner_bases.push_back(l.base);
+          }
+        }
+        for (auto* v : {&outer_bases, &inner_bases}) {
+          std::sort(v->begin(), v->end());
+          v->erase(std::unique(v->begin(), v->end()), v->end());
+        }
+        tree = tree && outer_bases.size() * inner_bases.size() <= (std::size_t{1} << 16);
+        for (const std::int64_t a : outer_bases) {
+          for (const std::int64_t b : inner_bases) bases.push_back(a + b);
+        }
+      }
+      if (!all_flat && !tree) {
         std::vector<Label>& dst = pending[state];
         for (const Job& job : list) {
           Trace link = job.link;
@@ -505,36 +525,26 @@ class DpCore {
         }
         continue;
       }
+      Dominance kept = all_flat ? Dominance(Dominance::Form::flat, tolerance)
+                                : Dominance(Dominance::Form::tree, tolerance, std::move(bases));
       heap.clear();
       auto cursor = [&](std::uint32_t job, std::uint32_t i, std::uint32_t j) {
-        const Label n = combine((*list[job].outer)[i], list[job].exit->labels[j]);
-        return Cursor{n.time, n.base, n.extra, job, i, j};
+        return Cursor{combine((*list[job].outer)[i], list[job].exit->labels[j]), job, i, j};
       };
-      std::map<std::int64_t, std::int64_t> stair;  // as in pareto_filter
-      std::vector<Label> kept;
-      auto slack = [tolerance](std::int64_t v) { return with_tolerance(v, tolerance); };
-      std::vector<const SuffixMinima*> suffixes(list.size());
-      auto dominated = [&](std::int64_t base, std::int64_t peak) {
-        const auto it = stair.upper_bound(slack(base));
-        return it != stair.begin() && std::prev(it)->second <= slack(peak);
-      };
+      std::vector<Label> result;
       // Whether the rest of a stream, from its j-th pair on, can still give a kept label: the
-      // suffix minima of the internal list bound the base and peak of every later pair from
-      // below, and every later pair is at least as slow as any label the staircase holds.
-      auto alive = [&](const Cursor& c, std::uint32_t j) {
-        const Label& l = (*list[c.job].outer)[c.i];
-        const SuffixMinima& sm = *suffixes[c.job];
-        const std::int64_t base = l.base + sm.base[j];
-        const std::int64_t peak = l.base + std::max(sm.base[j] + l.extra, sm.peak[j]);
-        return peak <= budget && !dominated(base, peak);
+      // suffix minima of the internal list bound every later pair from below, and every later
+      // pair is at least as slow as any label kept so far.
+      auto alive = [&](std::uint32_t job, std::uint32_t i, std::uint32_t j) {
+        const Bound b = combined_bound((*list[job].outer)[i], list[job].exit->suffix.from[j]);
+        return b.peak <= budget && !kept.dominated(b);
       };
-      // A job whose outer labels are sorted like the heap starts with its first pair only: pair
-      // (i + 1, 0) follows no earlier than (i, 0), so it is pushed when (i, 0) is popped and the
-      // heap holds one cursor per live stream instead of one per outer label.
+      // A job whose outer labels are sorted starts with its first pair only: pair (i + 1, 0)
+      // follows no earlier than (i, 0), so it is pushed when (i, 0) is popped and the heap holds
+      // one cursor per live stream instead of one per outer label.
       std::vector<bool> lazy(list.size());
       for (std::uint32_t job = 0; job < list.size(); ++job) {
         if (list[job].exit->labels.empty() || list[job].outer->empty()) continue;
-        suffixes[job] = &list[job].exit->suffix;
         lazy[job] = list[job].outer_sorted;
         const std::uint32_t n = lazy[job] ? 1 : static_cast<std::uint32_t>(list[job].outer->size());
         for (std::uint32_t i = 0; i < n; ++i) heap.push_back(cursor(job, i, 0));
@@ -551,32 +561,27 @@ class DpCore {
         if ((++labels_created_ & 0xfffff) == 0) check_deadline();  // long merges, too
         const Job& job = list[c.job];
         if (c.j == 0 && lazy[c.job]) {  // the next outer label whose row can still give a label
-          Cursor next = c;
-          for (++next.i; next.i < job.outer->size(); ++next.i) {
-            if (alive(next, 0)) {
-              push(cursor(c.job, next.i, 0));
+          for (std::uint32_t i = c.i + 1; i < job.outer->size(); ++i) {
+            if (alive(c.job, i, 0)) {
+              push(cursor(c.job, i, 0));
               break;
             }
           }
         }
-        const std::int64_t peak = c.base + c.extra;
-        const bool keep = peak <= budget && !dominated(c.base, peak);
-        if (c.j + 1 < job.exit->labels.size() && (keep || alive(c, c.j + 1)))
+        const Bound b = bound_of(c.pair);
+        const bool keep = b.peak <= budget && !kept.dominated(b);
+        if (c.j + 1 < job.exit->labels.size() && (keep || alive(c.job, c.i, c.j + 1)))
           push(cursor(c.job, c.i, c.j + 1));
         if (!keep) continue;
-        auto it = stair.lower_bound(c.base);
-        while (it != stair.end() && it->second >= peak) it = stair.erase(it);
-        stair[c.base] = peak;
-        const Label& l = (*job.outer)[c.i];
-        const Label& i = job.exit->labels[c.j];
-        Label n = combine(l, i);
+        kept.insert(b);
+        Label n = c.pair;
         Trace link = job.link;
-        link.parent = l.trace;
-        link.sub = i.trace;
+        link.parent = (*job.outer)[c.i].trace;
+        link.sub = job.exit->labels[c.j].trace;
         n.trace = push_trace(link);
-        kept.push_back(n);
+        result.push_back(n);
       }
-      if (!kept.empty()) out[state] = std::move(kept);
+      if (!result.empty()) out[state] = std::move(result);
     }
     for (auto& [state, labels] : filter_pending(pending, links, budget, tolerance))
       out[state] = std::move(labels);

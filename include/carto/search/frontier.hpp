@@ -92,76 +92,143 @@ inline std::int64_t with_tolerance(std::int64_t v, double tolerance) {
   return v + static_cast<std::int64_t>(add);
 }
 
-// The labels of `candidates` that no other candidate dominates (duplicates keep one). Labels with
-// no open checkpointed block (open_saved = open_temp = 0) are filtered by a sweep in time order
-// over a (base, base + extra) staircase, O(n log n); others by a sweep in the same order over
-// staircases bucketed by (base, base + extra). With tolerance ε > 0 a flat candidate is also
-// dropped when a kept label is at most as slow and within a factor (1 + ε) in base and
-// base + extra: the search is then approximate (see the design note).
-inline std::vector<Label> pareto_filter(std::vector<Label> candidates, double tolerance = 0) {
-  const bool flat = std::all_of(candidates.begin(), candidates.end(), [](const Label& l) {
-    return l.open_saved == 0 && l.open_temp == 0;
-  });
-  if (!flat) {
-    // In time order (a dominating label sorts before the labels it dominates, so no kept label is
-    // dropped later), each label is checked against buckets of kept labels with the same base and
-    // base + extra, each a staircase of (base + open_saved) -> least base + open_temp. Inside a
-    // checkpointed block every label has extra 0 and a base of a few distinct values (its
-    // input and the parameters' persistent bytes), so a check visits a few staircases instead of
-    // every kept label.
-    auto key = [](const Label& l) {
-      return std::tuple(l.time, l.base, l.base + l.extra, l.base + l.open_saved,
-                        l.base + l.open_temp);
-    };
-    std::sort(candidates.begin(), candidates.end(), [&](const Label& a, const Label& b) {
-      return a.time != b.time ? a.time < b.time : key(a) < key(b);
-    });
-    std::map<std::pair<std::int64_t, std::int64_t>, std::map<std::int64_t, std::int64_t>> buckets;
-    std::vector<Label> out;
-    for (const Label& l : candidates) {
-      const std::int64_t b = l.base, e = l.base + l.extra, s = l.base + l.open_saved,
-                         t = l.base + l.open_temp;
-      bool dominated = false;
-      for (auto it = buckets.begin(); it != buckets.end() && it->first.first <= b; ++it) {
-        if (it->first.second > e) continue;
-        const auto j = it->second.upper_bound(s);
-        if (j != it->second.begin() && std::prev(j)->second <= t) {
-          dominated = true;
-          break;
-        }
-      }
-      if (dominated) continue;
-      out.push_back(l);
-      std::map<std::int64_t, std::int64_t>& stair = buckets[{b, e}];
-      auto it = stair.lower_bound(s);
-      while (it != stair.end() && it->second >= t) it = stair.erase(it);
-      stair[s] = t;
+// A label's components as dominates() compares them: base, base + extra, base + open_saved and
+// base + open_temp (a flat label's last two are its base).
+struct Bound {
+  std::int64_t base = 0;
+  std::int64_t peak = 0;
+  std::int64_t saved = 0;
+  std::int64_t temp = 0;
+};
+inline Bound bound_of(const Label& l) {
+  return {l.base, l.base + l.extra, l.base + l.open_saved, l.base + l.open_temp};
+}
+
+// The kept labels of one state, inserted in time order, answering whether a (bound of a) later
+// label is dominated — within a factor (1 + ε) in every memory component when ε > 0. Three forms:
+//  - flat (no open checkpointed block): a (base -> least peak) staircase, O(log n) per query;
+//  - tree (open checkpointed block, every extra 0 — what tables inside a checkpointed block hold —
+//    and the bases known in advance): a Fenwick tree over the bases' ranks whose node i holds the
+//    (saved -> least temp) staircase of the labels with a base rank in its range, so a query visits
+//    O(log n) staircases (a 3-D dominance query);
+//  - buckets (any label): staircases of (saved -> least temp) bucketed by (base, peak), a query
+//    visits every bucket of no larger base.
+class Dominance {
+ public:
+  enum class Form : std::uint8_t { flat, tree, buckets };
+  Dominance(Form form, double tolerance, std::vector<std::int64_t> bases = {})
+      : form_(form), tolerance_(tolerance), bases_(std::move(bases)) {
+    if (form_ == Form::tree) {
+      std::sort(bases_.begin(), bases_.end());
+      bases_.erase(std::unique(bases_.begin(), bases_.end()), bases_.end());
+      tree_.resize(bases_.size());
     }
-    return out;
   }
+
+  [[nodiscard]] bool dominated(const Bound& b) const {
+    const Bound s{slack(b.base), slack(b.peak), slack(b.saved), slack(b.temp)};
+    switch (form_) {
+      case Form::flat: return below(flat_, s.base, s.peak);
+      case Form::tree: {
+        for (auto i = static_cast<std::size_t>(
+                 std::upper_bound(bases_.begin(), bases_.end(), s.base) - bases_.begin());
+             i > 0; i -= i & (~i + 1)) {
+          if (below(tree_[i - 1], s.saved, s.temp)) return true;
+        }
+        return false;
+      }
+      case Form::buckets:
+        for (auto it = buckets_.begin(); it != buckets_.end() && it->first.first <= s.base; ++it) {
+          if (it->first.second <= s.peak && below(it->second, s.saved, s.temp)) return true;
+        }
+        return false;
+    }
+    return false;
+  }
+
+  void insert(const Bound& b) {
+    switch (form_) {
+      case Form::flat: add(flat_, b.base, b.peak); break;
+      case Form::tree: {
+        const auto rank = static_cast<std::size_t>(
+            std::lower_bound(bases_.begin(), bases_.end(), b.base) - bases_.begin());
+        for (std::size_t i = rank + 1; i <= tree_.size(); i += i & (~i + 1))
+          add(tree_[i - 1], b.saved, b.temp);
+        break;
+      }
+      case Form::buckets: add(buckets_[{b.base, b.peak}], b.saved, b.temp); break;
+    }
+  }
+
+ private:
+  using Stair = std::map<std::int64_t, std::int64_t>;  // x -> least y, y falling as x rises
+  // Whether the staircase holds a point (x', y') with x' <= x and y' <= y.
+  static bool below(const Stair& stair, std::int64_t x, std::int64_t y) {
+    const auto it = stair.upper_bound(x);
+    return it != stair.begin() && std::prev(it)->second <= y;
+  }
+  static void add(Stair& stair, std::int64_t x, std::int64_t y) {
+    if (below(stair, x, y)) return;
+    auto it = stair.lower_bound(x);
+    while (it != stair.end() && it->second >= y) it = stair.erase(it);
+    stair[x] = y;
+  }
+  [[nodiscard]] std::int64_t slack(std::int64_t v) const { return with_tolerance(v, tolerance_); }
+
+  Form form_;
+  double tolerance_;
+  std::vector<std::int64_t> bases_;
+  Stair flat_{};
+  std::vector<Stair> tree_{};
+  std::map<std::pair<std::int64_t, std::int64_t>, Stair> buckets_{};
+};
+
+inline bool is_flat(const Label& l) { return l.open_saved == 0 && l.open_temp == 0; }
+
+// The form of Dominance for labels like `labels` (see Dominance), with the bases a tree needs.
+template <class Labels>
+Dominance dominance_for(const Labels& labels, double tolerance) {
+  if (std::all_of(labels.begin(), labels.end(), is_flat))
+    return Dominance(Dominance::Form::flat, tolerance);
+  if (std::all_of(labels.begin(), labels.end(), [](const Label& l) { return l.extra == 0; })) {
+    std::vector<std::int64_t> bases;
+    bases.reserve(labels.size());
+    for (const Label& l : labels) bases.push_back(l.base);
+    return Dominance(Dominance::Form::tree, tolerance, std::move(bases));
+  }
+  return Dominance(Dominance::Form::buckets, tolerance);
+}
+
+// Whether a sorts before b in the order every filter and merge visits labels: by time, then by
+// the memory components, so that a label sorts before those it dominates.
+inline bool label_order(const Label& a, const Label& b) {
+  if (a.time != b.time) return a.time < b.time;
+  const Bound x = bound_of(a), y = bound_of(b);
+  return std::tie(x.base, x.peak, x.saved, x.temp) < std::tie(y.base, y.peak, y.saved, y.temp);
+}
+
+// The labels of `candidates` that no other candidate dominates (duplicates keep one), in
+// label_order: a sweep in that order (a dominating label comes before the labels it dominates, so
+// no kept label is dropped later) through a Dominance of the kept ones. With tolerance ε > 0 a
+// candidate is also dropped when a kept label is at most as slow and within a factor (1 + ε) in
+// every memory component (see the design note).
+inline std::vector<Label> pareto_filter(std::vector<Label> candidates, double tolerance = 0) {
   // Sorting (time, index) pairs moves a quarter of the bytes of sorting the labels.
   std::vector<std::pair<double, std::uint32_t>> order(candidates.size());
   for (std::size_t i = 0; i < candidates.size(); ++i)
     order[i] = {candidates[i].time, static_cast<std::uint32_t>(i)};
   std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
     if (x.first != y.first) return x.first < y.first;
-    const Label& a = candidates[x.second];
-    const Label& b = candidates[y.second];
-    if (a.base != b.base) return a.base < b.base;
-    return a.extra < b.extra;
+    return label_order(candidates[x.second], candidates[y.second]);
   });
-  std::map<std::int64_t, std::int64_t> stair;  // base -> base + extra, falling as base rises
+  Dominance kept = dominance_for(candidates, tolerance);
   std::vector<Label> out;
   for (const auto& [time, index] : order) {
     const Label& l = candidates[index];
-    const auto slack = [tolerance](std::int64_t v) { return with_tolerance(v, tolerance); };
-    const std::int64_t peak = l.base + l.extra;
-    auto it = stair.upper_bound(slack(l.base));
-    if (it != stair.begin() && std::prev(it)->second <= slack(peak)) continue;  // dominated
+    const Bound b = bound_of(l);
+    if (kept.dominated(b)) continue;
     out.push_back(l);
-    it = stair.lower_bound(l.base);
-    while (it != stair.end() && it->second >= peak) it = stair.erase(it);
-    stair[l.base] = peak;
+    kept.insert(b);
   }
   return out;
 }

@@ -179,24 +179,41 @@ class DpModel {
     const StrategyOptions sopt{.precision = options.precision,
                                .layernorm_stats = options.layernorm_stats,
                                .dropout_masks = options.dropout_masks};
-    ops_.resize(g.num_ops());
+    // Ops with one signature and one filter (the ops of identical blocks) share their choices:
+    // enumerated and priced once.
+    StrategyCache strategies(mesh, sopt);
+    std::map<std::string, std::size_t> shared_choices;
+    op_choices_.resize(g.num_ops());
     for (std::size_t k = 0; k < g.num_ops(); ++k) {
       const OpId o{static_cast<std::int32_t>(k)};
-      std::vector<Strategy> all = enumerate_strategies(g, o, mesh, sopt);
+      const bool pinned = k < filter.allowed.size() && !filter.allowed[k].empty();
+      std::string key = detail::op_signature(g, o);
+      if (pinned) {
+        for (const std::size_t i : filter.allowed[k]) key += concat('#', i);
+      }
+      if (auto it = shared_choices.find(key); it != shared_choices.end()) {
+        op_choices_[k] = it->second;
+        continue;
+      }
+      const std::vector<Strategy>& all = strategies.of(g, o);
       std::vector<std::size_t> pick;
-      if (k < filter.allowed.size() && !filter.allowed[k].empty()) {
+      if (pinned) {
         pick = filter.allowed[k];
       } else {
         for (std::size_t i = 0; i < all.size(); ++i) pick.push_back(i);
       }
       const bool ordered = options.space == SearchSpace::standard;
+      std::vector<Choice> choices;
       for (std::size_t i : pick) {
         if (i >= all.size())
           fail("carto: strategy index ", i, " of op ", k, " is out of range (", all.size(), ")");
         if (ordered && !in_mesh_order(all[i], mesh)) continue;  // the standard space's rule 1
-        ops_[k].push_back(make(k, all[i], i));
+        choices.push_back(make(k, all[i], i));
       }
-      if (ops_[k].empty()) {
+      op_choices_[k] = pool_.size();
+      shared_choices.emplace(std::move(key), pool_.size());
+      pool_.push_back(std::move(choices));
+      if (pool_.back().empty()) {
         fail("carto: op ", op_names(g)[k], " (", to_string_view(g.ops()[k].kind),
              ") has no strategy left on mesh ", mesh,
              ordered ? " whose specs keep a dim's axes in mesh order (the standard search space); "
@@ -219,7 +236,7 @@ class DpModel {
             first_use_[t.index()] != static_cast<std::int32_t>(k) || !first)
           continue;
         std::int64_t least = std::numeric_limits<std::int64_t>::max();
-        for (const Choice& c : ops_[k])
+        for (const Choice& c : choices(k))
           least = std::min(least, parameter_cost(t, c.inputs[i].want).first);
         here += least;
       }
@@ -250,7 +267,9 @@ class DpModel {
   [[nodiscard]] const DeviceMesh& mesh() const { return mesh_; }
   [[nodiscard]] const HardwareProfile& hardware() const { return hw_; }
   [[nodiscard]] const DpOptions& options() const { return options_; }
-  [[nodiscard]] const std::vector<Choice>& choices(std::size_t k) const { return ops_[k]; }
+  [[nodiscard]] const std::vector<Choice>& choices(std::size_t k) const {
+    return pool_[op_choices_[k]];
+  }
   [[nodiscard]] std::int32_t last_use(TensorId t) const { return last_use_[t.index()]; }
   [[nodiscard]] std::int32_t first_use(TensorId t) const { return first_use_[t.index()]; }
   // A lower bound on the persistent bytes the parameters first read at op k or later add to any
@@ -349,7 +368,8 @@ class DpModel {
   std::vector<std::int32_t> last_use_;
   std::vector<std::int32_t> first_use_;
   std::vector<std::vector<std::int32_t>> uses_;  // per tensor: the ops that read it, increasing
-  std::vector<std::vector<Choice>> ops_;
+  std::vector<std::vector<Choice>> pool_;        // the distinct choice lists
+  std::vector<std::size_t> op_choices_;          // per op: its list in pool_
   std::vector<std::int64_t> param_to_go_;
   // A reshard graph with the caches of the tensors of its shape and dtype.
   static constexpr std::uint32_t kNoIndex = std::numeric_limits<std::uint32_t>::max();

@@ -107,10 +107,10 @@ inline void describe_plan(Plan& plan, const Graph& g, const DeviceMesh& mesh,
                              .layernorm_stats = options.layernorm_stats,
                              .dropout_masks = options.dropout_masks};
   const std::vector<std::string> names = op_names(g);
+  StrategyCache cache(mesh, sopt);
   std::vector<Strategy> chosen;
   for (std::size_t k = 0; k < g.num_ops(); ++k) {
-    chosen.push_back(enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh, sopt)
-                         .at(point.strategy[k]));
+    chosen.push_back(cache.at(g, OpId{static_cast<std::int32_t>(k)}, point.strategy[k]));
   }
   plan.mesh = mesh;
   plan.space = options.space;

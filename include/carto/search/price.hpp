@@ -132,11 +132,10 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
   const StrategyOptions sopt{.precision = options.precision,
                              .layernorm_stats = options.layernorm_stats,
                              .dropout_masks = options.dropout_masks};
+  StrategyCache cache(mesh, sopt);
   std::vector<Strategy> chosen;
-  for (std::size_t k = 0; k < g.num_ops(); ++k) {
-    chosen.push_back(
-        enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh, sopt).at(strategy.at(k)));
-  }
+  for (std::size_t k = 0; k < g.num_ops(); ++k)
+    chosen.push_back(cache.at(g, OpId{static_cast<std::int32_t>(k)}, strategy.at(k)));
   return evaluate_point(g, mesh, hw, options, chosen, checkpointed);
 }
 

@@ -120,14 +120,14 @@ inline StrategyFilter pin_filter(const Graph& g, const DeviceMesh& mesh,
   if (pins.empty()) return f;
   f.allowed.resize(g.num_ops());
   const std::vector<std::string> names = op_names(g);
+  StrategyCache cache(mesh, sopt);
   for (const Pin& pin : pins) {
     const ShardingSpec want = parse_spec(pin.spec);
     bool any = false;
     for (std::size_t k = 0; k < g.num_ops(); ++k) {
       if (!detail::glob_match(pin.op, names[k])) continue;
       any = true;
-      const std::vector<Strategy> all =
-          enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh, sopt);
+      const std::vector<Strategy>& all = cache.of(g, OpId{static_cast<std::int32_t>(k)});
       std::vector<std::size_t> keep;
       const std::vector<std::size_t> before = f.allowed[k];
       for (std::size_t i = 0; i < all.size(); ++i) {
@@ -176,9 +176,9 @@ inline StrategyFilter mesh_order_filter(const Graph& g, const DeviceMesh& mesh, 
                                         const StrategyOptions& sopt = {}) {
   base.allowed.resize(g.num_ops());
   const std::vector<std::string> names = op_names(g);
+  StrategyCache cache(mesh, sopt);
   for (std::size_t k = 0; k < g.num_ops(); ++k) {
-    const std::vector<Strategy> all =
-        enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh, sopt);
+    const std::vector<Strategy>& all = cache.of(g, OpId{static_cast<std::int32_t>(k)});
     std::vector<std::size_t> from = base.allowed[k];
     if (from.empty()) {
       for (std::size_t i = 0; i < all.size(); ++i) from.push_back(i);

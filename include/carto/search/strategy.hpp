@@ -72,8 +72,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -622,6 +624,65 @@ inline std::vector<Strategy> enumerate_strategies(const Graph& g, OpId o, const 
   }
   return out;
 }
+
+namespace detail {
+// Everything enumerate_strategies and make_strategy read of op `o`: its kind and attributes, its
+// einsum, and for every operand and the output the shape, dtype, kind and (for inputs) which
+// earlier input it repeats. Two ops with one signature have the same strategies (identical blocks).
+inline std::string op_signature(const Graph& g, OpId o) {
+  const Op& op = g.op(o);
+  std::string key = concat(static_cast<int>(op.kind), '|', op.dim, '|',
+                           std::bit_cast<std::uint64_t>(op.probability), '|',
+                           std::bit_cast<std::uint64_t>(op.factor), '|',
+                           static_cast<int>(op.masking), '|', static_cast<int>(op.view), '|');
+  for (const IndexLetters& in : op.einsum.inputs) key += std::string(in.begin(), in.end()) + ',';
+  key += std::string(op.einsum.output.begin(), op.einsum.output.end()) + '|';
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+    const TensorInfo& t = g.tensor(op.inputs[i]);
+    std::size_t first = i;
+    for (std::size_t j = 0; j < i; ++j) {
+      if (op.inputs[j] == op.inputs[i]) {
+        first = j;
+        break;
+      }
+    }
+    key += concat(t.shape, ':', t.dtype, ':', static_cast<int>(t.kind), ':', first, '|');
+  }
+  const TensorInfo& out = g.tensor(op.output);
+  key += concat(out.shape, ':', out.dtype);
+  return key;
+}
+}  // namespace detail
+
+// enumerate_strategies once per op signature (detail::op_signature): the strategies of the ops of
+// identical blocks are enumerated once, for one mesh and one set of options.
+class StrategyCache {
+ public:
+  StrategyCache(const DeviceMesh& mesh, const StrategyOptions& options)
+      : mesh_(mesh), options_(options) {}
+  // Op o's strategies; their Strategy::op names the first op of o's signature met.
+  const std::vector<Strategy>& of(const Graph& g, OpId o) {
+    auto [it, added] = cache_.try_emplace(detail::op_signature(g, o));
+    if (added) it->second = enumerate_strategies(g, o, mesh_, options_);
+    return it->second;
+  }
+  // Op o's strategy `index` (in enumerate_strategies order), for op o.
+  Strategy at(const Graph& g, OpId o, std::size_t index) {
+    const std::vector<Strategy>& all = of(g, o);
+    if (index >= all.size()) {
+      detail::fail("carto: strategy index ", index, " of op ", o.value, " is out of range (",
+                   all.size(), " strategies)");
+    }
+    Strategy s = all[index];
+    s.op = o;
+    return s;
+  }
+
+ private:
+  DeviceMesh mesh_;
+  StrategyOptions options_;
+  std::map<std::string, std::vector<Strategy>> cache_{};
+};
 
 // ---- time
 // ----------------------------------------------------------------------------------------

@@ -83,7 +83,9 @@ TEST_CASE("search picks the fastest plan under the budget and its figures hold",
   SearchOptions options;
   options.micro_batches = {1, 2};
   options.zero_stages = {0, 3};
+  options.time_bounds = false;  // the whole frontier, to pick budgets from
   const Plan unlimited = search(tiny_graph, "tiny", 8, 2, hw, options);
+  options.time_bounds = true;
   REQUIRE(unlimited.frontier.size() >= 2);
   REQUIRE(unlimited.step_time_s == Approx(unlimited.frontier.front().time_s).epsilon(1e-9));
   // A budget between the frontier's extremes: the plan fits and is the fastest that fits.
@@ -188,6 +190,7 @@ TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier poin
     options.micro_batches = {1, 2};
     options.max_mesh_axes = 2;
     options.space = space;
+    options.time_bounds = false;  // every configuration: the whole frontier
     const std::vector<Point> reference = full_outer_loop(hw, options);
     const std::int64_t batch = kMlpBatch;
     auto blocks = mlp_blocks;
@@ -213,6 +216,44 @@ TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier poin
       }
     }
   }
+}
+
+TEST_CASE("time bounds skip configurations and keep the fastest plan that fits", "[search][plan]") {
+  // A configuration is skipped when its least time (memory ignored) is no less than the best
+  // plan found so far: the best plan under any budget is the one every configuration gives.
+  const HardwareProfile hw = cluster(2, 8);
+  SearchOptions all;
+  all.micro_batches = {1, 2, 4};
+  all.max_mesh_axes = 3;
+  all.time_bounds = false;
+  const Plan every = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, all);
+  REQUIRE(every.configurations_searched == every.configurations);
+  SearchOptions bounded = all;
+  bounded.time_bounds = true;
+  std::int64_t skipped = 0;
+  for (std::size_t i = 0; i < every.frontier.size();
+       i += std::max<std::size_t>(1, every.frontier.size() / 6)) {
+    INFO("budget " << every.frontier[i].peak_bytes);
+    all.memory_budget = bounded.memory_budget = every.frontier[i].peak_bytes;
+    const Plan reference = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, all);
+    const Plan p = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, bounded);
+    REQUIRE(p.step_time_s == Approx(reference.step_time_s).epsilon(1e-9));
+    REQUIRE(p.step_time_s == Approx(every.frontier[i].time_s).epsilon(1e-9));
+    REQUIRE(p.peak_memory_bytes <= bounded.memory_budget);
+    REQUIRE(p.configurations == reference.configurations);
+    skipped += p.configurations - p.configurations_searched;
+    // What it reports fits, starts with the plan returned, and is matched or beaten by the whole
+    // frontier of what fits (a configuration skipped may hold a point that beats a slower one).
+    REQUIRE(p.frontier.front().time_s == Approx(p.step_time_s).epsilon(1e-9));
+    for (const FrontierPoint& f : p.frontier) {
+      REQUIRE(f.peak_bytes <= bounded.memory_budget);
+      REQUIRE(std::any_of(
+          reference.frontier.begin(), reference.frontier.end(), [&](const FrontierPoint& q) {
+            return q.time_s <= f.time_s * (1 + 1e-9) && q.peak_bytes <= f.peak_bytes;
+          }));
+    }
+  }
+  REQUIRE(skipped > 0);  // the bounds really skip configurations
 }
 
 TEST_CASE("the standard space keeps axes in mesh order and is covered by the full space",

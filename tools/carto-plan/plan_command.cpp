@@ -46,7 +46,9 @@ std::vector<cli::FlagSpec> plan_flags() {
            "models)"},
           {"tolerance", true,
            "memory resolution ε where tables are combined (default 0.02; 0 = exact)"},
-          {"frontier", false, "also print the time/memory frontier"},
+          {"frontier", false,
+           "also print the time/memory frontier (searches every configuration: without it, "
+           "configurations whose least time cannot beat the plan found are skipped)"},
           {"json", false, "print one JSON object"},
           {"out", true, "also write the plan as JSON to this file"},
           {"help", false, "this text"},
@@ -168,6 +170,7 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
     options.space = parse_search_space(*v);
   }
 
+  if (flags.has("frontier")) options.time_bounds = false;
   const ProfileOptions profile{.precision = options.precision};
   auto make_graph = [&](std::int64_t micro_batch) {
     ProfileOptions o = profile;
@@ -194,7 +197,8 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
           << ", ZeRO " << f.zero_stage << ", " << f.micro_batches << " micro-batches\n";
     }
   }
-  out << "search time " << plan.search_time_s << " s\n";
+  out << "search time " << plan.search_time_s << " s (" << plan.configurations_searched << " of "
+      << plan.configurations << " configurations searched)\n";
   return 0;
 }
 

@@ -166,7 +166,7 @@ class Dp : public DpCore {
              .checkpoint_input = checkpoint ? entry.bytes : 0};
     Frontier f;
     Label zero{};
-    if (checkpoint) zero.base = entry.bytes;
+    if (checkpoint && !m_.options().least_time) zero.base = entry.bytes;
     f[s0].push_back(zero);
     const TableScope scope(*this, grp.first_op);
     f = run_ops(grp.first_op, grp.end_op, std::move(f));

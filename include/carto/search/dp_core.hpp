@@ -45,6 +45,7 @@
 #include "carto/search/frontier.hpp"
 #include "carto/search/model.hpp"
 #include "carto/search/space.hpp"
+#include "carto/util/static_vector.hpp"
 
 namespace carto::detail {
 
@@ -135,7 +136,8 @@ class DpCore {
   // it is exact: its every completion's peak is over the budget.
   std::int64_t budget_at(std::int32_t pos) const {
     const std::int64_t budget = m_.options().memory_budget;
-    if (budget == std::numeric_limits<std::int64_t>::max()) return budget;
+    if (budget == std::numeric_limits<std::int64_t>::max() || m_.options().least_time)
+      return std::numeric_limits<std::int64_t>::max();
     return budget - table_offset_ - m_.param_bytes_to_go(static_cast<std::size_t>(pos));
   }
   // Sets table_offset_ for a table that starts at op `start` while it lives; restores it after.
@@ -183,7 +185,7 @@ class DpCore {
         std::vector<Label>& dst = out[next];
         for (const Label& l : labels) {
           Label n = l;
-          if (ckpt) n.base += input_bytes;
+          if (ckpt && !m_.options().least_time) n.base += input_bytes;
           n.trace = push_trace({.parent = l.trace, .group = gi, .checkpoint = ckpt});
           if (!insert_label(dst, n)) --traces_used_;
         }
@@ -196,11 +198,38 @@ class DpCore {
   Frontier step(std::size_t k, const Frontier& in) {
     Frontier pending;
     std::vector<Trace> links;
+    const Op& op = g_.ops()[k];
+    const std::vector<DpModel::Choice>& choices = m_.choices(k);
+    // An op that reads its first input as stored (an activation) runs only the choices that read
+    // the stored spec: they are listed per spec, so the others are never tried.
+    const TensorId first = op.inputs[0];
+    const bool stored_reads =
+        g_.tensor(first).producer.valid() && g_.tensor(first).kind == TensorKind::activation;
+    std::vector<std::vector<std::uint32_t>> by_spec;
+    if (stored_reads) {
+      for (std::uint32_t c = 0; c < choices.size(); ++c) {
+        const std::uint32_t want = choices[c].inputs[0].want;
+        if (by_spec.size() <= want) by_spec.resize(want + 1);
+        by_spec[want].push_back(c);
+      }
+    }
+    std::vector<std::uint32_t> every(choices.size());
+    for (std::uint32_t c = 0; c < choices.size(); ++c) every[c] = c;
+    const std::vector<std::uint32_t> none;
+    State next;
     for (const auto& [state, labels] : in) {
       check_deadline();
-      for (std::size_t c = 0; c < m_.choices(k).size(); ++c) {
+      const std::vector<std::uint32_t>* tried = &every;
+      if (stored_reads) {
+        const auto it = std::find_if(state.live.begin(), state.live.end(),
+                                     [&](const Live& l) { return l.tensor == first.value; });
+        if (it != state.live.end() &&
+            reads_stored_spec(op.kind, m_.spec(first, it->spec), m_.options().space)) {
+          tried = it->spec < by_spec.size() ? &by_spec[it->spec] : &none;
+        }
+      }
+      for (const std::uint32_t c : *tried) {
         Label delta{};
-        State next;
         if (!transition(k, c, state, delta, next)) continue;
         std::vector<Label>& dst = pending[next];
         for (const Label& l : labels) {
@@ -245,7 +274,7 @@ class DpCore {
         if (l.root == root) l.saved = true;
       }
     };
-    std::vector<std::int32_t> saved_roots_now;  // roots saved by this op (dedupe within the op)
+    StaticVector<std::int32_t, 3> saved_roots_now;  // roots saved by this op (dedupe within the op)
     for (std::size_t i = 0; i < op.inputs.size(); ++i) {
       const TensorId t = op.inputs[i];
       const TensorInfo& info = g_.tensor(t);
@@ -358,6 +387,7 @@ class DpCore {
       d.base += saved;
     }
     if (m_.options().least_memory) d.time = 0;
+    if (m_.options().least_time) d.base = d.open_saved = d.open_temp = 0;
     return true;
   }
 

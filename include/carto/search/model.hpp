@@ -89,6 +89,11 @@ struct DpOptions {
   // peak of any plan (its time_s is 0; evaluate_point prices it). What an infeasible budget's error
   // needs, at a fraction of the frontier's cost.
   bool least_memory = false;
+  // Minimize the step time alone: no memory is tracked (every label's memory is 0) and the budget
+  // is ignored, so a state keeps one label, and the frontier is one point, a plan with the least
+  // time of any plan whatever its memory (its peak_bytes is 0; evaluate_point prices it). A lower
+  // bound on the time of every plan under any budget: what search() skips configurations with.
+  bool least_time = false;
   // Past this point in time the DP stops with a carto::Error (a caller's limit on search time).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
@@ -160,6 +165,8 @@ class DpModel {
     }
     if (options.micro_batches < 1)
       fail("carto: micro-batches must be at least 1; got ", options.micro_batches);
+    if (options.least_memory && options.least_time)
+      fail("carto: DpOptions::least_memory and least_time exclude each other; set one");
     if (!(options.tolerance >= 0) || !std::isfinite(options.tolerance))
       fail("carto: the pruning tolerance must be a finite number ≥ 0 (0 = exact); got ",
            options.tolerance);

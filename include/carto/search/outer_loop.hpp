@@ -81,6 +81,10 @@ struct SearchOptions {
   double time_limit_s = 0;        // > 0: search() fails once it has run this long
   // The logical meshes to try; empty: every factorisation of the device count (max_mesh_axes).
   std::vector<DeviceMesh> meshes{};
+  // Skip the configurations (micro-batch count, mesh, ZeRO stage) whose least time, whatever the
+  // memory, is no less than the fastest plan that fits found in another: exact for the plan
+  // returned; the frontier then holds only the configurations searched. false: every one.
+  bool time_bounds = true;
 };
 
 namespace detail {
@@ -162,64 +166,133 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
                    " devices; the search is for ", devices, " devices");
     }
   }
-  // Every outer choice; the DP drops partial plans over `budget`. `least_memory`: each DP minimizes
-  // the peak alone (for the error of an infeasible budget).
-  auto sweep = [&](std::int64_t budget, bool least_memory) {
-    for (const std::int64_t m : options.micro_batches) {
-      if (m < 1 || global_batch % m != 0) continue;
-      any_micro = true;
-      const Graph g = make_graph(global_batch / m);
-      std::vector<std::string> classes;
-      for (const DeviceMesh& mesh : meshes) {
-        if (options.pins.empty()) {  // one mesh of each cost class (see mesh_cost_class)
-          std::string key =
-              detail::mesh_cost_class(mesh, hw, options.space == SearchSpace::standard);
-          if (std::find(classes.begin(), classes.end(), key) != classes.end()) continue;
-          classes.push_back(std::move(key));
-        }
-        const StrategyOptions sopt{.precision = options.precision,
-                                   .layernorm_stats = options.layernorm_stats,
-                                   .dropout_masks = options.dropout_masks};
-        const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
-        for (const int zero : detail::zero_stages_to_run(options.zero_stages)) {
-          const DpOptions dp{.precision = options.precision,
-                             .layernorm_stats = options.layernorm_stats,
-                             .dropout_masks = options.dropout_masks,
-                             .zero_stage = zero,
-                             .micro_batches = m,
-                             .checkpoint = options.checkpoint,
-                             .space = options.space,
-                             .tolerance = least_memory ? 0.0 : options.tolerance,
-                             .memory_budget = budget,
-                             .least_memory = least_memory,
-                             .deadline = deadline};
-          const DpResult r = dp_frontier(g, mesh, hw, dp, filter);
-          for (const DpPoint& p : r.frontier) {
-            all.push_back({.time_s = p.time_s,
-                           .peak_bytes = p.peak_bytes,
-                           .mesh = to_string(mesh),
-                           .zero_stage = zero,
-                           .micro_batches = m});
-            if (p.peak_bytes <= options.memory_budget && (!best.found || p.time_s < best.time)) {
-              best = {
-                  .found = true, .time = p.time_s, .point = p, .mesh = mesh, .dp = dp, .micro = m};
-            }
-            if (p.peak_bytes < least.point.peak_bytes) {
-              least = {
-                  .found = true, .time = p.time_s, .point = p, .mesh = mesh, .dp = dp, .micro = m};
-            }
-          }
-        }
+  // The configurations: one micro-batch count, one mesh of each cost class, one ZeRO stage.
+  struct Config {
+    std::size_t graph = 0;  // into graphs
+    std::int64_t micro = 1;
+    DeviceMesh mesh{};
+    StrategyFilter filter{};
+    int zero = 0;
+    double bound = 0;  // the least time of any of its plans, whatever its memory
+  };
+  std::vector<Graph> graphs;
+  std::vector<Config> configs;
+  for (const std::int64_t m : options.micro_batches) {
+    if (m < 1 || global_batch % m != 0) continue;
+    any_micro = true;
+    graphs.push_back(make_graph(global_batch / m));
+    const Graph& g = graphs.back();
+    std::vector<std::string> classes;
+    for (const DeviceMesh& mesh : meshes) {
+      if (options.pins.empty()) {  // one mesh of each cost class (see mesh_cost_class)
+        std::string key = detail::mesh_cost_class(mesh, hw, options.space == SearchSpace::standard);
+        if (std::find(classes.begin(), classes.end(), key) != classes.end()) continue;
+        classes.push_back(std::move(key));
+      }
+      const StrategyOptions sopt{.precision = options.precision,
+                                 .layernorm_stats = options.layernorm_stats,
+                                 .dropout_masks = options.dropout_masks};
+      const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
+      for (const int zero : detail::zero_stages_to_run(options.zero_stages)) {
+        configs.push_back(
+            {.graph = graphs.size() - 1, .micro = m, .mesh = mesh, .filter = filter, .zero = zero});
+      }
+    }
+  }
+  auto dp_options = [&](const Config& c, std::int64_t budget) {
+    return DpOptions{.precision = options.precision,
+                     .layernorm_stats = options.layernorm_stats,
+                     .dropout_masks = options.dropout_masks,
+                     .zero_stage = c.zero,
+                     .micro_batches = c.micro,
+                     .checkpoint = options.checkpoint,
+                     .space = options.space,
+                     .tolerance = options.tolerance,
+                     .memory_budget = budget,
+                     .deadline = deadline};
+  };
+  auto record = [&](const Config& c, const DpOptions& dp, const DpResult& r) {
+    for (const DpPoint& p : r.frontier) {
+      all.push_back({.time_s = p.time_s,
+                     .peak_bytes = p.peak_bytes,
+                     .mesh = to_string(c.mesh),
+                     .zero_stage = c.zero,
+                     .micro_batches = c.micro});
+      if (p.peak_bytes <= options.memory_budget && (!best.found || p.time_s < best.time)) {
+        best = {.found = true,
+                .time = p.time_s,
+                .point = p,
+                .mesh = c.mesh,
+                .dp = dp,
+                .micro = c.micro};
+      }
+      if (p.peak_bytes < least.point.peak_bytes) {
+        least = {.found = true,
+                 .time = p.time_s,
+                 .point = p,
+                 .mesh = c.mesh,
+                 .dp = dp,
+                 .micro = c.micro};
       }
     }
   };
-  sweep(options.memory_budget, false);
+  // With time bounds: each configuration's least time (a DP of time alone, without checkpointing
+  // unless every block must be), then the configurations in increasing bound, stopping at the
+  // first whose bound is no less than the fastest plan that fits found so far — none of its plans
+  // could be faster. Exact for the fastest plan that fits; the frontier then lacks the plans of
+  // the configurations skipped, all slower than the plan returned.
+  std::size_t searched = 0;
+  auto sweep = [&](std::int64_t budget) {
+    if (options.time_bounds) {
+      // ZeRO-3 adds parameter gathers to every plan of stage 2 and changes nothing else in time,
+      // so a stage-0-2 configuration's bound bounds the stage-3 one of its mesh and micro-batch.
+      for (Config& c : configs) {
+        if (c.zero == 3) {
+          const auto lower = std::find_if(configs.begin(), configs.end(), [&](const Config& o) {
+            return o.zero < 3 && o.graph == c.graph && o.mesh == c.mesh;
+          });
+          if (lower != configs.end()) {
+            c.bound = -1;  // filled below
+            continue;
+          }
+        }
+        DpOptions dp = dp_options(c, std::numeric_limits<std::int64_t>::max());
+        dp.least_time = true;
+        dp.tolerance = 0;
+        if (dp.checkpoint == CheckpointChoice::search) dp.checkpoint = CheckpointChoice::none;
+        const DpResult r = dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter);
+        c.bound = r.frontier.empty() ? std::numeric_limits<double>::infinity()
+                                     : r.frontier.front().time_s;
+      }
+      for (Config& c : configs) {
+        if (c.bound >= 0) continue;
+        c.bound = std::find_if(configs.begin(), configs.end(), [&](const Config& o) {
+                    return o.zero < 3 && o.graph == c.graph && o.mesh == c.mesh;
+                  })->bound;
+      }
+      std::stable_sort(configs.begin(), configs.end(),
+                       [](const Config& a, const Config& b) { return a.bound < b.bound; });
+    }
+    for (const Config& c : configs) {
+      if (options.time_bounds && best.found && c.bound >= best.time) break;
+      const DpOptions dp = dp_options(c, budget);
+      record(c, dp, dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter));
+      ++searched;
+    }
+  };
   if (!any_micro) {
     detail::fail("carto: no micro-batch count in the candidates divides the global batch ",
                  global_batch);
   }
+  sweep(options.memory_budget);
   if (!best.found) {
-    sweep(std::numeric_limits<std::int64_t>::max(), true);  // only to name the least memory
+    // Only to name the least memory: every configuration, each DP minimizing the peak alone.
+    for (const Config& c : configs) {
+      DpOptions dp = dp_options(c, std::numeric_limits<std::int64_t>::max());
+      dp.least_memory = true;
+      dp.tolerance = 0;
+      record(c, dp, dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter));
+    }
     {
       DpOptions dp = least.dp;
       dp.least_memory = false;
@@ -262,6 +335,8 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     }
   }
   plan.model = std::string(model);
+  plan.configurations = static_cast<std::int64_t>(configs.size());
+  plan.configurations_searched = static_cast<std::int64_t>(searched);
   set_fingerprint(plan, g);
   detail::describe_plan(plan, g, best.mesh, hw, best.dp, best.point);
   plan.search_time_s =

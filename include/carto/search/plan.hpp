@@ -86,6 +86,10 @@ struct Plan {
   std::map<std::string, std::int64_t> memory_breakdown{};  // persistent, kept_activations, extra
   std::vector<FrontierPoint> frontier{};
   double search_time_s = 0;
+  // Configurations (micro-batch count, mesh of a cost class, ZeRO stage) of the search, and how
+  // many of them it searched (the others' least time was no better than the plan it found).
+  std::int64_t configurations = 0;
+  std::int64_t configurations_searched = 0;
   friend bool operator==(const Plan&, const Plan&) = default;
 };
 

@@ -81,6 +81,8 @@ inline Json to_json(const Plan& p) {
     j["frontier"].push_back(o);
   }
   j["search_time_s"] = p.search_time_s;
+  j["configurations"] = p.configurations;
+  j["configurations_searched"] = p.configurations_searched;
   return j;
 }
 
@@ -225,6 +227,9 @@ inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh
              typed(field(f, "frontier[]", "micro_batches"), "frontier[].micro_batches", i64)});
   }
   p.search_time_s = typed(field(j, "", "search_time_s"), "search_time_s", dbl);
+  if (const Json* v = j.find("configurations")) p.configurations = typed(*v, "configurations", i64);
+  if (const Json* v = j.find("configurations_searched"))
+    p.configurations_searched = typed(*v, "configurations_searched", i64);
   return p;
 }
 

@@ -246,6 +246,14 @@ TEST_CASE("a Partial residual reaches a chain in another spec than its layout's 
     own_layout = own_layout || !(output(q, second - 1) == output(q, first - 1));
   }
   REQUIRE(own_layout);  // some plan's first block turns the Partial residual into σ's spec
+  // On a 2-D mesh a Partial residual can stay Partial in another spec: blocks whose einsum is
+  // pinned to a row-parallel split hand their adds a Partial branch, the adds choose freely.
+  const DeviceMesh square = parse_mesh("dp=2,tp=2");
+  const StrategyFilter rows = pin_filter(
+      g, square,
+      {parse_pin("prefix.einsum0=R,R|P(dp,tp)"), parse_pin("block.*.einsum0=R,R|P(tp)")});
+  require_equal(dp_frontier(g, square, hw, o, rows).frontier,
+                brute_force_frontier(g, square, hw, o, rows));
 }
 
 TEST_CASE("the full space's DP equals brute force where a dim's axes keep mesh order",

@@ -13,7 +13,10 @@
 //    all run the second block's strategies σ, and the first block runs σ too when it receives its
 //    input in σ's output spec, else any strategies whose output spec is σ's; a class of one block
 //    runs any strategies. Blocks outside chains take any checkpoint flag the options allow.
-// It is exponential: for tests on graphs of a few ops.
+// The rules are stated here again, apart from the DP's helpers, so that a change to one of those
+// shows as a difference; only which blocks form a chain (block_chains) is shared, and the tests
+// check its answer on models whose chains they know. It is exponential: for tests on graphs of a
+// few ops.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +33,34 @@
 namespace carto::testing {
 
 namespace detail_bf {
+
+// The stored-read rule, stated again here (not search/space.hpp's reads_stored_spec): a view
+// always reads its first input as stored; gelu, dropout, bias and scale unless it is Partial; in
+// the standard space the add too.
+inline bool must_read_stored(OpKind kind, const ShardingSpec& stored, SearchSpace space) {
+  if (kind == OpKind::view) return true;
+  if (stored.is_partial()) return false;
+  if (kind == OpKind::add) return space == SearchSpace::standard;
+  return kind == OpKind::gelu || kind == OpKind::dropout || kind == OpKind::bias ||
+         kind == OpKind::scale;
+}
+
+// Mesh order, stated again: in every spec of the strategy, a dim's axes by increasing mesh index.
+inline bool ordered(const Strategy& s, const DeviceMesh& mesh) {
+  auto spec_ordered = [&](const ShardingSpec& spec) {
+    for (const AxisList& dim : spec.dims()) {
+      for (std::size_t i = 1; i < dim.size(); ++i) {
+        if (!(mesh.index_of(dim[i - 1]) < mesh.index_of(dim[i]))) return false;
+      }
+    }
+    return true;
+  };
+  if (!spec_ordered(s.sharding.output)) return false;
+  for (const ShardingSpec& in : s.sharding.inputs) {
+    if (!spec_ordered(in)) return false;
+  }
+  return true;
+}
 
 struct ChainSlot {
   int chain = -1;          // index into the chains, -1: a free op
@@ -60,7 +91,7 @@ inline std::vector<DpPoint> brute_force_frontier(const Graph& g, const DeviceMes
       if (pinned && std::find(filter.allowed[k].begin(), filter.allowed[k].end(), i) ==
                         filter.allowed[k].end())
         continue;
-      if (standard && !in_mesh_order(all[k][i], mesh)) continue;
+      if (standard && !detail_bf::ordered(all[k][i], mesh)) continue;
       allowed[k].push_back(i);
     }
     if (allowed[k].empty()) carto::detail::fail("brute force: op ", k, " has no strategy");
@@ -168,7 +199,7 @@ inline std::vector<DpPoint> brute_force_frontier(const Graph& g, const DeviceMes
       const TensorInfo& in = g.tensor(op.inputs[0]);
       if (in.producer.valid()) {
         const ShardingSpec& stored = out_spec(in.producer.index());
-        if (carto::detail::reads_stored_spec(op.kind, stored, options.space) &&
+        if (detail_bf::must_read_stored(op.kind, stored, options.space) &&
             !(stored == all[k][i].sharding.inputs[0]))
           continue;
       }

@@ -87,6 +87,9 @@ class Dp : public DpCore {
   }
 
   DpResult run() {
+    // Every plan stores every parameter, each in at least its least persistent bytes: past the
+    // budget, no plan fits.
+    if (!m_.options().least_time && budget_at(0) < 0) return DpResult{};
     Frontier front;
     front[State{}].push_back(Label{});
     const auto& groups = g_.groups();
@@ -522,6 +525,15 @@ class Dp : public DpCore {
 };
 
 }  // namespace detail
+
+// The least persistent bytes (parameters, gradients, optimizer states) any plan of `g` on `mesh`
+// holds: every parameter in its cheapest spec among the choices the space allows. A lower bound on
+// every plan's peak.
+inline std::int64_t least_parameter_bytes(const Graph& g, const DeviceMesh& mesh,
+                                          const HardwareProfile& hw, const DpOptions& options = {},
+                                          const StrategyFilter& filter = {}) {
+  return detail::DpModel(g, mesh, hw, options, filter).param_bytes_to_go(0);
+}
 
 // The exact Pareto frontier of (step time, peak memory per device) of `g` on `mesh` under
 // `options`, in the space options.space states (with options.tolerance ε: within the bound the

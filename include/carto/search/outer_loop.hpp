@@ -173,7 +173,8 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     DeviceMesh mesh{};
     StrategyFilter filter{};
     int zero = 0;
-    double bound = 0;  // the least time of any of its plans, whatever its memory
+    double bound = 0;             // the least time of any of its plans, whatever its memory
+    std::int64_t parameters = 0;  // the least persistent bytes of any of its plans
   };
   std::vector<Graph> graphs;
   std::vector<Config> configs;
@@ -242,14 +243,22 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
   // could be faster. Exact for the fastest plan that fits; the frontier then lacks the plans of
   // the configurations skipped, all slower than the plan returned.
   std::size_t searched = 0;
+  for (Config& c : configs) {
+    c.parameters = least_parameter_bytes(graphs[c.graph], c.mesh, hw,
+                                         dp_options(c, options.memory_budget), c.filter);
+  }
   auto sweep = [&](std::int64_t budget) {
     if (options.time_bounds) {
       // ZeRO-3 adds parameter gathers to every plan of stage 2 and changes nothing else in time,
       // so a stage-0-2 configuration's bound bounds the stage-3 one of its mesh and micro-batch.
       for (Config& c : configs) {
+        if (c.parameters > budget) {  // no plan fits: never searched
+          c.bound = std::numeric_limits<double>::infinity();
+          continue;
+        }
         if (c.zero == 3) {
           const auto lower = std::find_if(configs.begin(), configs.end(), [&](const Config& o) {
-            return o.zero < 3 && o.graph == c.graph && o.mesh == c.mesh;
+            return o.zero < 3 && o.graph == c.graph && o.mesh == c.mesh && o.parameters <= budget;
           });
           if (lower != configs.end()) {
             c.bound = -1;  // filled below
@@ -266,15 +275,17 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       }
       for (Config& c : configs) {
         if (c.bound >= 0) continue;
-        c.bound = std::find_if(configs.begin(), configs.end(), [&](const Config& o) {
-                    return o.zero < 3 && o.graph == c.graph && o.mesh == c.mesh;
-                  })->bound;
+        c.bound =
+            std::find_if(configs.begin(), configs.end(), [&](const Config& o) {
+              return o.zero < 3 && o.graph == c.graph && o.mesh == c.mesh && o.parameters <= budget;
+            })->bound;
       }
       std::stable_sort(configs.begin(), configs.end(),
                        [](const Config& a, const Config& b) { return a.bound < b.bound; });
     }
     for (const Config& c : configs) {
       if (options.time_bounds && best.found && c.bound >= best.time) break;
+      if (c.parameters > budget) continue;  // its parameters alone are over the budget
       const DpOptions dp = dp_options(c, budget);
       record(c, dp, dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter));
       ++searched;
@@ -286,8 +297,12 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
   }
   sweep(options.memory_budget);
   if (!best.found) {
-    // Only to name the least memory: every configuration, each DP minimizing the peak alone.
+    // Only to name the least memory: each DP minimizing the peak alone, in increasing least
+    // parameter bytes, until those alone are no less than the least memory found (exact).
+    std::stable_sort(configs.begin(), configs.end(),
+                     [](const Config& a, const Config& b) { return a.parameters < b.parameters; });
     for (const Config& c : configs) {
+      if (least.found && c.parameters >= least.point.peak_bytes) break;
       DpOptions dp = dp_options(c, std::numeric_limits<std::int64_t>::max());
       dp.least_memory = true;
       dp.tolerance = 0;

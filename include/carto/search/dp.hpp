@@ -3,8 +3,9 @@
 // stage and one micro-batch count, with a Pareto frontier of (step time, peak memory), in a stated
 // search space (search/space.hpp).
 //
-// Design note (DESIGN.md §6). The core — states, transitions, merging — is search/dp_core.hpp's;
-// the cost and memory model search/model.hpp's. This file holds the memoized tables and the walk.
+// Design note (DESIGN.md §6). States and traces are search/dp_state.hpp's, merging tables
+// search/dp_merge.hpp's, one op's transitions search/dp_core.hpp's, the cost and memory model
+// search/model.hpp's. This file holds the memoized tables and the walk.
 //
 // Memoized segments (series-parallel structure inside a block). At op a of a block, the live
 // tensors op a does not read (the residual while its branch runs) ride along unread until e, the

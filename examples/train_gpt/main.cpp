@@ -55,8 +55,8 @@ std::vector<carto::cli::FlagSpec> flag_specs() {
       {"temperature", true, "sampling temperature; 0: greedy (default 0.8)"},
       {"log-every", true, "steps between progress lines (default: steps / 10)"},
       {"tolerance", true,
-       "DP pruning tolerance: a plan within this fraction of a faster plan's memory is pruned; 0 "
-       "is exact but slow on 2-D meshes (default 0.05)"},
+       "the search's memory resolution: where tables are combined, a plan within this fraction "
+       "of a faster plan's memory is pruned; 0 is exact (default 0.05)"},
       {"plan", true, "load this plan (written by --save-plan) instead of searching"},
       {"save-plan", true, "write the plan to this JSON file"},
       {"json", true, "write the run's report (plan, losses, memory, step time) to this file"},

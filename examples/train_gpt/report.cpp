@@ -51,11 +51,12 @@ void print_plan(std::ostream& out, const carto::Plan& plan, const RunInfo& info)
       << plan.micro_batches << " micro-batch" << (plan.micro_batches == 1 ? "" : "es");
   if (info.search) {
     out << " (searched in " << fixed(plan.search_time_s, 1)
-        << " s over ZeRO stages 0-3 and the micro-batch counts on this mesh)\n";
+        << " s over ZeRO stages 0-3 and the micro-batch counts on this mesh, "
+        << carto::to_string_view(plan.space) << " search space)\n";
     if (info.tolerance > 0) {
-      out << "  DP tolerance " << fixed(info.tolerance, 3)
-          << ": points within that fraction of a faster point's memory were pruned (an exact "
-             "search, --tolerance 0, takes minutes on a 2-D mesh)\n";
+      out << "  memory resolution " << fixed(info.tolerance, 3)
+          << ": where tables are combined, plans within that fraction of a faster plan's memory "
+             "were pruned (--tolerance 0: exact)\n";
     }
     const PlanChoice& c = *info.search;
     out << "  budget " << format_bytes(c.budget) << " per rank ("

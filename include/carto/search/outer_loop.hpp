@@ -173,7 +173,8 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     DeviceMesh mesh{};
     StrategyFilter filter{};
     int zero = 0;
-    double bound = 0;             // the least time of any of its plans, whatever its memory
+    double bound = 0;             // no more than the least time of any of its plans
+    bool exact_bound = false;     // bound is that least time (else its lower stage's)
     std::int64_t parameters = 0;  // the least persistent bytes of any of its plans
   };
   std::vector<Graph> graphs;
@@ -243,6 +244,25 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
   // could be faster. Exact for the fastest plan that fits; the frontier then lacks the plans of
   // the configurations skipped, all slower than the plan returned.
   std::size_t searched = 0;
+  // A configuration's least time, memory ignored: without checkpointing unless every block must
+  // be (recomputation only adds time).
+  auto least_time = [&](const Config& c) {
+    DpOptions dp = dp_options(c, std::numeric_limits<std::int64_t>::max());
+    dp.least_time = true;
+    dp.tolerance = 0;
+    if (dp.checkpoint == CheckpointChoice::search) dp.checkpoint = CheckpointChoice::none;
+    const DpResult r = dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter);
+    return r.frontier.empty() ? std::numeric_limits<double>::infinity() : r.frontier.front().time_s;
+  };
+  // The stage-0-2 configuration of c's mesh and micro-batch count whose plans can fit, if any.
+  auto lower_stage = [&](const Config& c) -> const Config* {
+    for (const Config& o : configs) {
+      if (o.zero < 3 && o.graph == c.graph && o.mesh == c.mesh &&
+          o.parameters <= options.memory_budget)
+        return &o;
+    }
+    return nullptr;
+  };
   for (Config& c : configs) {
     c.parameters = least_parameter_bytes(graphs[c.graph], c.mesh, hw,
                                          dp_options(c, options.memory_budget), c.filter);
@@ -250,42 +270,31 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
   auto sweep = [&](std::int64_t budget) {
     if (options.time_bounds) {
       // ZeRO-3 adds parameter gathers to every plan of stage 2 and changes nothing else in time,
-      // so a stage-0-2 configuration's bound bounds the stage-3 one of its mesh and micro-batch.
+      // so a stage-0-2 configuration's bound bounds the stage-3 one of its mesh and micro-batch
+      // count; the stage-3 configuration's own bound is computed only if that one is not enough.
       for (Config& c : configs) {
         if (c.parameters > budget) {  // no plan fits: never searched
           c.bound = std::numeric_limits<double>::infinity();
           continue;
         }
-        if (c.zero == 3) {
-          const auto lower = std::find_if(configs.begin(), configs.end(), [&](const Config& o) {
-            return o.zero < 3 && o.graph == c.graph && o.mesh == c.mesh && o.parameters <= budget;
-          });
-          if (lower != configs.end()) {
-            c.bound = -1;  // filled below
-            continue;
-          }
-        }
-        DpOptions dp = dp_options(c, std::numeric_limits<std::int64_t>::max());
-        dp.least_time = true;
-        dp.tolerance = 0;
-        if (dp.checkpoint == CheckpointChoice::search) dp.checkpoint = CheckpointChoice::none;
-        const DpResult r = dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter);
-        c.bound = r.frontier.empty() ? std::numeric_limits<double>::infinity()
-                                     : r.frontier.front().time_s;
+        if (c.zero == 3 && lower_stage(c) != nullptr) continue;
+        c.bound = least_time(c);
+        c.exact_bound = true;
       }
       for (Config& c : configs) {
-        if (c.bound >= 0) continue;
-        c.bound =
-            std::find_if(configs.begin(), configs.end(), [&](const Config& o) {
-              return o.zero < 3 && o.graph == c.graph && o.mesh == c.mesh && o.parameters <= budget;
-            })->bound;
+        if (!c.exact_bound && c.parameters <= budget) c.bound = lower_stage(c)->bound;
       }
       std::stable_sort(configs.begin(), configs.end(),
                        [](const Config& a, const Config& b) { return a.bound < b.bound; });
     }
-    for (const Config& c : configs) {
+    for (Config& c : configs) {
       if (options.time_bounds && best.found && c.bound >= best.time) break;
       if (c.parameters > budget) continue;  // its parameters alone are over the budget
+      if (options.time_bounds && best.found && !c.exact_bound) {
+        c.bound = least_time(c);
+        c.exact_bound = true;
+        if (c.bound >= best.time) continue;
+      }
       const DpOptions dp = dp_options(c, budget);
       record(c, dp, dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter));
       ++searched;

@@ -7,8 +7,15 @@
 //
 // Invariants every implementation keeps, and every caller may rely on:
 //  - Tensors are views (pointer + TensorShape + DType), contiguous row-major, never owning; a
-//  view's
-//    pointer is device memory of the backend that allocated it. The CPU backend takes fp32 only.
+//    view's pointer is device memory of the backend that allocated it.
+//  - Dtypes (mixed precision, DESIGN.md §7): a backend takes fp32 and bf16 (bf16.hpp). Activations,
+//    the compute copies of parameters and gradients may be either, and one call may mix them (a
+//    bf16 x with an fp32 dx); every kernel loads to fp32, computes in fp32 and rounds to nearest
+//    even when it stores bf16, and a kernel that adds into an output (backward, beta = 1, CopyMode
+//    accumulate) adds in fp32 and rounds once. Statistics saved for backward (layernorm mean and
+//    rstd, logsumexp, the cross-entropy pieces, the loss, partial sums) are fp32 always. GEMMs on
+//    bf16 inputs accumulate in fp32. AdamW's param, m and v are fp32 (the master weights); its
+//    grad is either. Other dtypes throw.
 //  - Calls are enqueued in order on the backend's one queue (a CUDA stream later); results are
 //    visible to host code after synchronize(). The CPU backend runs each call before returning.
 //  - Forward kernels overwrite their outputs. Backward kernels *add* into every gradient output
@@ -310,9 +317,21 @@ class Backend {
   virtual void fill_normal(TensorView x, float stddev, RngStream rng,
                            const ShardPlacement& placement) = 0;
   // dst[to + i·to.strides] (=, +=) src[from + i·from.strides] for every i in the box `extents`;
-  // every element touched must lie inside its tensor; src and dst must not overlap.
+  // every element touched must lie inside its tensor; src and dst must not overlap. src and dst
+  // may differ in dtype (the copy converts, see convert below).
   virtual void copy_strided(ConstTensorView src, const StridedBox& from, TensorView dst,
                             const StridedBox& to, const Index& extents, CopyMode mode) = 0;
+  // dst = src element by element in dst's dtype (fp32 <-> bf16, rounding to nearest even; the
+  // bf16 copy of an fp32 master weight); the element counts must agree.
+  void convert(ConstTensorView src, TensorView dst) {
+    CARTO_CHECK(src.numel() == dst.numel(), "convert of ", src.shape(), " (",
+                to_string_view(src.dtype()), ") to ", dst.shape, " (", to_string_view(dst.dtype),
+                ") changes the element count");
+    const TensorShape flat{{"elements", src.numel()}};
+    copy_strided(reshaped(src, flat), StridedBox{.offset = 0, .strides = {1}},
+                 reshaped(dst, flat), StridedBox{.offset = 0, .strides = {1}}, {src.numel()},
+                 CopyMode::assign);
+  }
   // The box `from` of src into dst at `to_offset` (extents from.extent).
   void copy_box(ConstTensorView src, const Slice& from, TensorView dst, const Index& to_offset,
                 CopyMode mode) {

@@ -1,9 +1,13 @@
 // The counter-based RNG: Philox4x32 against Random123's published known-answer vectors, shard
-// independence over whole index domains, and distribution moments within stated tolerances.
+// independence over whole index domains, the arithmetic-only logarithm and cosine of the normals
+// against libm in long double, the normals against a double-precision Box–Muller reference, and
+// distribution moments within stated tolerances.
 #include <carto/runtime/rng.hpp>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <numbers>
 #include <vector>
 
 using namespace carto;
@@ -136,6 +140,126 @@ TEST_CASE("Any shard regenerates the values of the same global indices", "[rng]"
   CHECK_THROWS_AS(for_each_global_index({.global_extents = global, .offset = {3, 0, 0}},
                                         Index{2, 6, 10}, [](std::int64_t, std::int64_t) {}),
                   Error);
+}
+
+// The relative error of `value` against `reference` (0 when both are 0).
+double relative_error(double value, long double reference) {
+  const long double diff = std::fabs(static_cast<long double>(value) - reference);
+  return diff == 0 ? 0.0 : static_cast<double>(diff / std::fabs(reference));
+}
+
+TEST_CASE("rng's logarithm is within 2^-50 of libm's in long double", "[rng]") {
+  using rng::detail::log_dyadic;
+  STATIC_REQUIRE(log_dyadic(1, 0) == 0.0);
+  STATIC_REQUIRE(log_dyadic(std::uint64_t{1} << 32, 32) == 0.0);
+  STATIC_REQUIRE(log_dyadic(2, 0) == std::numbers::ln2);
+  STATIC_REQUIRE(log_dyadic(1, 32) == -32 * std::numbers::ln2);
+  // long double is wider than double here (x86-64, aarch64); where it is not, the reference's
+  // own error (about 2^-53) still fits the bound.
+  constexpr double kBound = 0x1.0p-50;
+  double worst = 0;
+  std::int64_t wrong = 0, checked = 0;
+  auto check = [&](std::uint64_t m, int shift) {
+    const long double ref = std::log(std::ldexp(static_cast<long double>(m), -shift));
+    const double err = relative_error(log_dyadic(m, shift), ref);
+    worst = std::max(worst, err);
+    wrong += err > kBound;
+    ++checked;
+  };
+  const RngStream s{.seed = 7, .id = stream_id(RngPurpose::test, 4, 0)};
+  for (int e = 0; e <= 52; ++e) {  // every exponent, random mantissas, u = m·2^-32 and m·2^-e
+    for (std::int64_t j = 0; j < 2000; ++j) {
+      const std::uint64_t hi = std::uint64_t{rng::bits(s, 2 * j)} << 32 | rng::bits(s, 2 * j + 1);
+      const std::uint64_t m = (std::uint64_t{1} << e) | (hi & ((std::uint64_t{1} << e) - 1));
+      check(m, 32);
+      if (m != std::uint64_t{1} << e) check(m, e);  // u in (1, 2): ln u = ln f exactly
+    }
+  }
+  // u1 = (w + 1)·2^-32 next to 1, where ln u1 ≈ u1 - 1 is tiny, and next to √½ and √2·2^-1.
+  for (std::uint64_t j = 0; j < 5000; ++j) {
+    check((std::uint64_t{1} << 32) - j, 32);
+    check(3037000499ull - 2500 + j, 32);  // ⌊√½ · 2^32⌋ = 3037000499
+  }
+  INFO("worst relative error " << worst << " (bound 2^-50 = " << kBound << ") over " << checked);
+  CHECK(wrong == 0);
+  CHECK(checked > 200000);
+}
+
+TEST_CASE("rng's cos(2πu) is within 2^-50 of libm's in long double, next to its zeros too",
+          "[rng]") {
+  using rng::detail::cos_turns;
+  STATIC_REQUIRE(cos_turns(0.0) == 1.0);
+  STATIC_REQUIRE(cos_turns(0.25) == 0.0);
+  STATIC_REQUIRE(cos_turns(0.5) == -1.0);
+  STATIC_REQUIRE(cos_turns(0.75) == 0.0);
+  // The reference measures u from the nearest zero or extremum of the cosine (an exact subtraction
+  // in long double) and calls sinl or cosl there, so that it stays accurate next to the zeros.
+  auto reference = [](double u) {
+    const long double two_pi = 2 * std::numbers::pi_v<long double>;
+    const long double w = u;
+    if (w < 0.125L) return std::cos(two_pi * w);
+    if (w < 0.375L) return std::sin(two_pi * (0.25L - w));
+    if (w < 0.625L) return -std::cos(two_pi * (w - 0.5L));
+    if (w < 0.875L) return std::sin(two_pi * (w - 0.75L));
+    return std::cos(two_pi * (w - 1));
+  };
+  constexpr double kBound = 0x1.0p-50;
+  double worst = 0;
+  std::int64_t wrong = 0, checked = 0;
+  auto check = [&](std::uint32_t word) {
+    const double u = static_cast<double>(word) * 0x1.0p-32;  // rng::normal's u2
+    const double err = relative_error(cos_turns(u), reference(u));
+    worst = std::max(worst, err);
+    wrong += err > kBound;
+    ++checked;
+  };
+  const RngStream s{.seed = 8, .id = stream_id(RngPurpose::test, 5, 0)};
+  for (std::int64_t j = 0; j < 200000; ++j) check(rng::bits(s, j));
+  for (std::uint32_t j = 0; j < 3000; ++j) {  // next to every multiple of 1/8 turn
+    for (std::uint64_t eighth = 0; eighth <= 8; ++eighth) {
+      const std::uint64_t center = eighth << 29;
+      if (center + j < (std::uint64_t{1} << 32)) check(static_cast<std::uint32_t>(center + j));
+      if (center >= j + 1 && center - j - 1 < (std::uint64_t{1} << 32))
+        check(static_cast<std::uint32_t>(center - j - 1));
+    }
+  }
+  INFO("worst relative error " << worst << " (bound 2^-50 = " << kBound << ") over " << checked);
+  CHECK(wrong == 0);
+}
+
+// The normals against Box–Muller evaluated the textbook way, std::log and std::cos in double,
+// rounded to float. That reference is itself off by a few double ulps and, next to the zeros of
+// the cosine, by the rounding of 2π·u2 (at most 2^-53·2π·6.67 < 2^-48 absolute), so the bound is
+// two float ulps of the reference plus 2^-45. The two floats are equal unless the exact value lies
+// within about 2^-48 of a float rounding boundary, which happens for a few indices in 2^24; more
+// than 16 unequal of 2^20 means a real difference.
+TEST_CASE("rng::normal matches a double-precision Box-Muller reference within two float ulps",
+          "[rng]") {
+  const RngStream s{.seed = 99, .id = stream_id(RngPurpose::parameter_init, 17, 0)};
+  constexpr std::int64_t n = 1 << 20;
+  std::int64_t outside = 0, unequal = 0;
+  double worst_ulps = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const PhiloxCounter b = rng::block(s, static_cast<std::uint64_t>(i) / 2);
+    const std::size_t w = 2 * static_cast<std::size_t>(i % 2);
+    const double u1 = (static_cast<double>(b[w]) + 1.0) * 0x1.0p-32;
+    const double u2 = static_cast<double>(b[w + 1]) * 0x1.0p-32;
+    const auto ref =
+        static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+    const float got = rng::normal(s, i);
+    const double ulp =
+        std::nextafter(std::fabs(ref), std::numeric_limits<float>::infinity()) - std::fabs(ref);
+    const double diff = std::fabs(static_cast<double>(got) - ref);
+    worst_ulps = std::max(worst_ulps, diff / ulp);
+    outside += diff > 2 * ulp + 0x1.0p-45;
+    unequal += got != ref;
+  }
+  INFO("worst difference " << worst_ulps << " float ulps; " << unequal << " of " << n
+                           << " unequal");
+  CHECK(outside == 0);
+  CHECK(unequal <= 16);
+  // init_normal scales by the standard deviation in float.
+  CHECK(rng::init_normal(s, 12345, 0.02f) == 0.02f * rng::normal(s, 12345));
 }
 
 // Tolerances: with n samples, a sample mean has standard error sigma/sqrt(n), a sample variance

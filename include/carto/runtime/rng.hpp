@@ -17,17 +17,33 @@
 //  - keep (dropout): uniform >= probability, so P(keep) = 1 - ceil(p·2^24)/2^24.
 // A stream id serves one purpose (one parameter's init, one dropout op at one micro-batch):
 // stream_id() packs (purpose, object, step) so that different purposes never share a stream.
-// Everything but the normals is constexpr (std::log and std::cos are not constexpr in C++20).
+//
+// Host and device (CUDA) compute the same bits. Everything here is CARTO_HOST_DEVICE: integer
+// arithmetic, IEEE-754 double +, -, ·, / and sqrt (correctly rounded on the CPU and on the GPU),
+// and one double -> float rounding to nearest. The logarithm and the cosine of Box–Muller are
+// carto's own (rng::detail::log_dyadic, rng::detail::cos_turns below: exact range reduction, then
+// a short series), not std::log/std::cos, whose last bits differ between libm and CUDA's
+// libdevice. The two agree only if no compiler fuses a·b + c into one rounding: the CPU backend
+// compiles with -ffp-contract=off (also GCC's default in ISO C++ mode) and the CUDA file that calls
+// rng::normal with nvcc --fmad=false. All but rng::normal (which calls sqrt) is constexpr.
 #pragma once
 
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <numbers>
 
 #include "carto/error.hpp"
 #include "carto/spec/layout.hpp"
+
+// Marks a function that host code and CUDA device code both call (empty for a host compiler).
+#ifndef CARTO_HOST_DEVICE
+#if defined(__CUDACC__)
+#define CARTO_HOST_DEVICE __host__ __device__
+#else
+#define CARTO_HOST_DEVICE
+#endif
+#endif
 
 namespace carto {
 
@@ -36,7 +52,7 @@ using PhiloxKey = std::array<std::uint32_t, 2>;
 
 // Philox4x32 with `Rounds` rounds (10 is the published default, Random123's philox4x32_R).
 template <int Rounds = 10>
-constexpr PhiloxCounter philox4x32(PhiloxCounter counter, PhiloxKey key) {
+CARTO_HOST_DEVICE constexpr PhiloxCounter philox4x32(PhiloxCounter counter, PhiloxKey key) {
   constexpr std::uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr std::uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
   for (int round = 0; round < Rounds; ++round) {
@@ -72,44 +88,115 @@ constexpr std::uint64_t stream_id(RngPurpose purpose, std::uint32_t object, std:
 
 namespace rng {
 
-constexpr PhiloxCounter block(RngStream s, std::uint64_t block_index) {
+CARTO_HOST_DEVICE constexpr PhiloxCounter block(RngStream s, std::uint64_t block_index) {
   return philox4x32<10>(
       {static_cast<std::uint32_t>(block_index), static_cast<std::uint32_t>(block_index >> 32),
        static_cast<std::uint32_t>(s.id), static_cast<std::uint32_t>(s.id >> 32)},
       {static_cast<std::uint32_t>(s.seed), static_cast<std::uint32_t>(s.seed >> 32)});
 }
 
-constexpr float word_to_uniform(std::uint32_t word) {
+CARTO_HOST_DEVICE constexpr float word_to_uniform(std::uint32_t word) {
   return static_cast<float>(word >> 8) * 0x1.0p-24f;  // [0, 1), exact
 }
 
 // 32 random bits for element `index`.
-constexpr std::uint32_t bits(RngStream s, std::int64_t index) {
+CARTO_HOST_DEVICE constexpr std::uint32_t bits(RngStream s, std::int64_t index) {
   const auto i = static_cast<std::uint64_t>(index);
   return block(s, i / 4)[i % 4];
 }
 
 // Uniform in [0, 1).
-constexpr float uniform(RngStream s, std::int64_t index) { return word_to_uniform(bits(s, index)); }
+CARTO_HOST_DEVICE constexpr float uniform(RngStream s, std::int64_t index) {
+  return word_to_uniform(bits(s, index));
+}
 
 // Dropout: whether element `index` is kept when each element is dropped with `probability`.
-constexpr bool keep(RngStream s, std::int64_t index, float probability) {
+CARTO_HOST_DEVICE constexpr bool keep(RngStream s, std::int64_t index, float probability) {
   return uniform(s, index) >= probability;
 }
 
-// Standard normal by Box–Muller over two words of one Philox block.
-inline float normal(RngStream s, std::int64_t index) {
+namespace detail {
+
+// ln(m · 2^-shift) for an integer m in [1, 2^53), in double, with a relative error below 2^-50
+// (measured by test_rng against long double over every exponent).
+// Range reduction, exact: m = 2^e · f with f in [√½, √2) (a power-of-two scaling). Then
+// ln f = 2 atanh(s), s = (f - 1)/(f + 1), |s| <= 3 - 2√2 < 0.1716, by the series
+// 2 s Σ_k s^2k / (2k + 1) for k <= 11: the first term left out is below 0.1716^24 / 25 < 2^-64 of
+// the sum. f - 1 is exact (Sterbenz), so ln f keeps its relative accuracy as f -> 1 (u1 -> 1).
+// ln u = (e - shift) ln 2 + ln f has no harmful cancellation: when e = shift, ln u = ln f, and
+// otherwise |(e - shift) ln 2| >= 2 |ln f|.
+CARTO_HOST_DEVICE constexpr double log_dyadic(std::uint64_t m, int shift) {
+  constexpr double kLn2 = 0x1.62e42fefa39efp-1;    // ln 2 rounded to nearest
+  constexpr double kSqrt2 = 0x1.6a09e667f3bcdp+0;  // √2 rounded to nearest
+  int e = 0;                                       // floor(log2 m)
+  for (int step = 32; step > 0; step /= 2) {
+    if ((m >> (e + step)) != 0) e += step;
+  }
+  double f = static_cast<double>(m) / static_cast<double>(std::uint64_t{1} << e);  // [1, 2), exact
+  if (f >= kSqrt2) {
+    f *= 0.5;
+    ++e;
+  }
+  const double s = (f - 1.0) / (f + 1.0);
+  const double z = s * s;
+  double series = 1.0 / 23.0;
+  for (int k = 10; k >= 0; --k) series = series * z + 1.0 / static_cast<double>(2 * k + 1);
+  return static_cast<double>(e - shift) * kLn2 + 2.0 * s * series;
+}
+
+// cos(2π u) for u in [0, 1) with at most 52 fraction bits (rng::normal's u2 has 32), in double,
+// with a relative error below 2^-50 (an absolute one below 2^-60 next to the zeros u = 1/4, 3/4).
+// Range reduction, exact because u counts turns: 4u = q + r with q an integer and |r| <= 1/2, so
+// cos(2π u) = cos(q π/2 + x) with x = r π/2 in [-π/4, π/4], which is ±cos x or ±sin x by q mod 4.
+// sin x and cos x by their Taylor series in nested form, x·(1 - x²/(2·3)·(1 - x²/(4·5)·(...))) to
+// x^17 and 1 - x²/(1·2)·(1 - x²/(3·4)·(...)) to x^18: the first terms left out are below
+// (π/4)^19/19! < 2^-63 and (π/4)^20/20! < 2^-68. Near the zeros of the cosine the result is
+// ±sin x with x tiny and exact up to its one rounding, so the relative accuracy holds there too.
+CARTO_HOST_DEVICE constexpr double cos_turns(double u) {
+  constexpr double kHalfPi = 0x1.921fb54442d18p+0;  // π/2 rounded to nearest
+  const double t = 4.0 * u;
+  const auto q = static_cast<std::int64_t>(t + 0.5);  // nearest integer (t >= 0)
+  const double x = (t - static_cast<double>(q)) * kHalfPi;
+  const double z = x * x;
+  double sin_x = 1.0, cos_x = 1.0;
+  for (int k = 8; k >= 1; --k) sin_x = 1.0 - z * sin_x / static_cast<double>((2 * k) * (2 * k + 1));
+  for (int k = 9; k >= 1; --k) cos_x = 1.0 - z * cos_x / static_cast<double>((2 * k - 1) * (2 * k));
+  sin_x *= x;
+  switch (q % 4) {
+    case 0: return cos_x;
+    case 1: return -sin_x;
+    case 2: return -cos_x;
+    default: return sin_x;
+  }
+}
+
+CARTO_HOST_DEVICE inline double sqrt_rn(double x) {
+#if defined(__CUDA_ARCH__)
+  return ::sqrt(x);  // IEEE-754 correctly rounded, as on the host
+#else
+  return std::sqrt(x);
+#endif
+}
+
+}  // namespace detail
+
+// Standard normal by Box–Muller over two words of one Philox block:
+// sqrt(-2 ln u1) · cos(2π u2), u1 = (word + 1)·2^-32 in (0, 1], u2 = word'·2^-32 in [0, 1).
+// Its double value is within about 2^-49 (relative) of the exact one, so the float returned is the
+// exact value rounded to nearest but for a fraction of about 2^-24 of the indices (one ulp off).
+CARTO_HOST_DEVICE inline float normal(RngStream s, std::int64_t index) {
   const auto i = static_cast<std::uint64_t>(index);
   const PhiloxCounter b = block(s, i / 2);
   const std::size_t w = 2 * (i % 2);
-  const double u1 = (static_cast<double>(b[w]) + 1.0) * 0x1.0p-32;  // (0, 1]
-  const double u2 = static_cast<double>(b[w + 1]) * 0x1.0p-32;      // [0, 1)
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+  const double log_u1 = detail::log_dyadic(std::uint64_t{b[w]} + 1, 32);  // ln u1 in [-32 ln 2, 0]
+  const double u2 = static_cast<double>(b[w + 1]) * 0x1.0p-32;
+  return static_cast<float>(detail::sqrt_rn(-2.0 * log_u1) * detail::cos_turns(u2));
 }
 
 // GPT-2's parameter initialisation: normal with standard deviation 0.02.
 inline constexpr float kGpt2InitStd = 0.02f;
-inline float init_normal(RngStream s, std::int64_t index, float stddev = kGpt2InitStd) {
+CARTO_HOST_DEVICE inline float init_normal(RngStream s, std::int64_t index,
+                                           float stddev = kGpt2InitStd) {
   return stddev * normal(s, index);
 }
 

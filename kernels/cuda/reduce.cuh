@@ -20,10 +20,12 @@ namespace carto::cuda {
 inline constexpr unsigned kFullWarp = 0xffffffffu;
 
 // The running maximum m of a set of values and Σ exp(x - m) over it; m = -inf for the empty set.
+// No member initializers, so that it may live in __shared__ memory; start from empty_max_sum().
 struct MaxSum {
-  float max = -INFINITY;
-  float sum = 0.0f;
+  float max;
+  float sum;
 };
+__device__ __forceinline__ MaxSum empty_max_sum() { return {-INFINITY, 0.0f}; }
 
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.max, b.max);

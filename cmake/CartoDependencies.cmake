@@ -16,6 +16,30 @@ foreach(backend CUDA NCCL MPI)
   set(CARTO_ENABLE_${backend}_MODE ${_value})
 endforeach()
 
+# ---- a folder of gathered dependencies (scripts/gather-gpu-deps) -------------------------------------
+# For machines without the Debian packages (the GPU machines): CARTO_DEPS_DIR names a CMake prefix
+# made by scripts/gather-gpu-deps (Catch2 v2, Boost.Hana, Google Benchmark, OpenBLAS in Debian's
+# layout). It is searched first, and each package's config folder in it is named to find_package.
+set(CARTO_DEPS_DIR "" CACHE PATH "A prefix made by scripts/gather-gpu-deps, searched first for Catch2, Boost, benchmark and OpenBLAS")
+if(CARTO_DEPS_DIR)
+  if(NOT EXISTS "${CARTO_DEPS_DIR}/include/boost/hana.hpp")
+    message(FATAL_ERROR "CARTO_DEPS_DIR=${CARTO_DEPS_DIR} is not a folder made by scripts/gather-gpu-deps "
+                        "(it has no include/boost/hana.hpp); run scripts/gather-gpu-deps on a Debian machine")
+  endif()
+  list(PREPEND CMAKE_PREFIX_PATH "${CARTO_DEPS_DIR}")
+  file(GLOB _carto_dep_configs LIST_DIRECTORIES true
+       "${CARTO_DEPS_DIR}/lib/cmake/*" "${CARTO_DEPS_DIR}/lib/*/cmake/*")
+  foreach(_dir IN LISTS _carto_dep_configs)
+    if(IS_DIRECTORY "${_dir}")
+      get_filename_component(_name "${_dir}" NAME)
+      string(REGEX REPLACE "-[0-9.]+$" "" _name "${_name}")  # Boost-1.74.0 -> Boost
+      if(NOT ${_name}_DIR)
+        set(${_name}_DIR "${_dir}" CACHE PATH "The ${_name} CMake config, from CARTO_DEPS_DIR" FORCE)
+      endif()
+    endif()
+  endforeach()
+endif()
+
 # Boost.Hana (header-only) for heterogeneous compile-time sequences in host-only headers.
 find_package(Boost 1.71 CONFIG COMPONENTS headers)
 if(NOT Boost_FOUND)
@@ -99,7 +123,9 @@ option(CARTO_ENABLE_CPU "Build the CPU backend carto::cpu (needs OpenBLAS)" ON)
 set(CARTO_HAS_CPU OFF)
 set(CARTO_CPU_WHY "disabled (CARTO_ENABLE_CPU=OFF)")
 if(CARTO_ENABLE_CPU)
-  find_package(OpenBLAS CONFIG QUIET)
+  if(NOT CARTO_DEPS_DIR)  # a gathered folder holds the library and cblas.h, found by file below
+    find_package(OpenBLAS CONFIG QUIET)
+  endif()
   if(OpenBLAS_FOUND AND OpenBLAS_INCLUDE_DIRS AND OpenBLAS_LIBRARIES)
     set(CARTO_OPENBLAS_INCLUDE_DIR ${OpenBLAS_INCLUDE_DIRS})
     set(CARTO_OPENBLAS_LIBRARY ${OpenBLAS_LIBRARIES})
@@ -124,6 +150,9 @@ function(carto_print_summary)
   message(STATUS "  CUDA (${CARTO_ENABLE_CUDA_MODE}): ${CARTO_HAS_CUDA} — ${CARTO_CUDA_WHY}")
   message(STATUS "  NCCL (${CARTO_ENABLE_NCCL_MODE}): ${CARTO_HAS_NCCL} — ${CARTO_NCCL_WHY}")
   message(STATUS "  MPI  (${CARTO_ENABLE_MPI_MODE}): ${CARTO_HAS_MPI} — ${CARTO_MPI_WHY}")
+  if(CARTO_DEPS_DIR)
+    message(STATUS "  gathered dependencies (CARTO_DEPS_DIR): ${CARTO_DEPS_DIR}")
+  endif()
   if(CARTO_HAS_MPI)
     message(STATUS "  carto::mpi (MpiComm, ranks as MPI processes): ON")
   endif()

@@ -1,0 +1,226 @@
+// carto/runtime/executor/backward.hpp — the backward pass: seeding, recomputation of checkpointed
+// groups, each op's backward and the routing of its input gradients.
+//
+// Design note (DESIGN.md §7; executor.hpp lists the rules). backward() seeds d(step loss)/d(result)
+// = 1/m for a scalar loss, or G/m for a non-scalar result (G the normal seed gradient), then runs
+// the ops in reverse; reaching a checkpointed group, it first runs the group's forward again from
+// its kept inputs (recompute), which saves what the group's backward reads. run_backward writes
+// each input gradient in Strategy::gradients' spec (maybe Partial) into a zeroed buffer, re-reading
+// its inputs through reread (inputs.hpp); route_gradient hands a parameter's gradient to
+// accumulate_parameter_gradient (parameters.hpp) and moves an activation's gradient to the spec
+// its producer needs (the stored spec without Partial), adding it into grad_. After an op's
+// backward its saved tensors and its output's gradient are dropped.
+#pragma once
+
+#include "carto/runtime/executor/forward.hpp"
+#include "carto/runtime/executor/inputs.hpp"
+#include "carto/runtime/executor/parameters.hpp"
+
+namespace carto {
+
+inline void Executor::backward() {
+  // Seed: d(step loss)/d(result) = 1/m (a scalar loss), or G/m (a non-scalar result).
+  const TensorId r = g_.result();
+  const ShardingSpec seed_spec = without_partial(stored_[r.index()]);
+  const TensorShape local = local_of(r, seed_spec);
+  auto seed = allocate(local, MemoryCategory::temporaries);
+  const float inv_m = 1.0f / static_cast<float>(micro_count_);
+  if (g_.tensor(r).shape.numel() == 1) {
+    be_.fill(seed->view(local), inv_m);
+  } else {
+    be_.fill_normal(seed->view(local), inv_m, seed_stream(),
+                    placement(g_.tensor(r).shape, seed_spec));
+  }
+  grad_[r.index()] = seed;
+  act_[r.index()].reset();
+  recomputed_.assign(g_.groups().size(), false);
+  for (std::size_t k = g_.num_ops(); k-- > 0;) {
+    const Op& op = g_.ops()[k];
+    if (checkpointed(op.group) && !recomputed_[static_cast<std::size_t>(op.group)]) {
+      recompute(op.group);
+    }
+    run_backward(k);
+    saved_[k] = Saved{};
+    grad_[op.output.index()].reset();
+  }
+  for (auto& a : act_) a.reset();
+  for (auto& gr : grad_) gr.reset();
+}
+
+inline void Executor::recompute(std::int32_t group) {
+  recomputed_[static_cast<std::size_t>(group)] = true;
+  const OpGroup& grp = g_.groups()[static_cast<std::size_t>(group)];
+  for (auto& [t, b] : ckpt_inputs_[static_cast<std::size_t>(group)]) act_[t.index()] = b;
+  // Consumers inside the group only.
+  for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
+    for (TensorId t : g_.ops()[static_cast<std::size_t>(k)].inputs) remaining_[t.index()] = 0;
+    remaining_[g_.ops()[static_cast<std::size_t>(k)].output.index()] = 0;
+  }
+  for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
+    for (TensorId t : g_.ops()[static_cast<std::size_t>(k)].inputs) ++remaining_[t.index()];
+  }
+  for (std::int32_t k = grp.first_op; k < grp.end_op; ++k)
+    run_forward(static_cast<std::size_t>(k), true);
+  ckpt_inputs_[static_cast<std::size_t>(group)].clear();
+  for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
+    for (TensorId t : g_.ops()[static_cast<std::size_t>(k)].inputs) act_[t.index()].reset();
+  }
+}
+
+// Adds an input gradient (in the strategy's gradient spec) where it belongs.
+inline void Executor::route_gradient(std::size_t k, std::size_t i, std::shared_ptr<Buffer> grad) {
+  const Op& op = g_.ops()[k];
+  const TensorId t = op.inputs[i];
+  const TensorInfo& info = g_.tensor(t);
+  const ShardingSpec& have = st_[k].gradients[i];
+  if (info.kind == TensorKind::parameter) {
+    accumulate_parameter_gradient(k, i, std::move(grad));
+    return;
+  }
+  if (info.kind != TensorKind::activation || !info.producer.valid()) return;  // no gradient
+  const ShardingSpec need = without_partial(stored_[t.index()]);
+  const TensorShape need_local = local_of(t, need);
+  std::shared_ptr<Buffer> moved = grad;
+  if (!(have == need)) {
+    moved =
+        std::make_shared<Buffer>(move(info.shape, grad->view(local_of(t, without_partial(have))),
+                                      have, need, MemoryCategory::temporaries));
+  }
+  if (grad_[t.index()] == nullptr) {
+    grad_[t.index()] = moved;
+  } else {
+    be_.add_scaled(moved->view(need_local), 1.0f, grad_[t.index()]->view(need_local));
+  }
+}
+
+inline void Executor::run_backward(std::size_t k) {
+  const Op& op = g_.ops()[k];
+  const Strategy& s = st_[k];
+  const TensorId out = op.output;
+  std::shared_ptr<Buffer> dy_buf = grad_[out.index()];
+  if (dy_buf == nullptr) return;  // the output does not reach the result
+  const TensorShape out_local = local_of(out, without_partial(s.sharding.output));
+  const ConstTensorView dY = dy_buf->view(out_local);
+  Saved& sv = saved_[k];
+
+  std::array<std::shared_ptr<Buffer>, 3> dx{};
+  std::array<TensorShape, 3> in_local{};
+  std::array<TensorShape, 3> g_local{};
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+    in_local[i] = local_of(op.inputs[i], without_partial(s.sharding.inputs[i]));
+    g_local[i] = local_of(op.inputs[i], without_partial(s.gradients[i]));
+    // Every non-index input gets a gradient buffer (graph inputs' are dropped by routing).
+    if (g_.tensor(op.inputs[i]).kind != TensorKind::index)
+      dx[i] = zeros(g_local[i], MemoryCategory::temporaries);
+  }
+  auto DX = [&](std::size_t i) { return dx[i]->view(g_local[i]); };
+  std::array<std::shared_ptr<Buffer>, 3> x{};
+  auto X = [&](std::size_t i) -> ConstTensorView {
+    if (x[i] == nullptr) x[i] = reread(k, i);
+    return x[i]->view(in_local[i]);
+  };
+  auto Ids = [&](std::size_t i) {
+    if (x[i] == nullptr) x[i] = reread(k, i);
+    return index_view(*x[i], in_local[i]);
+  };
+
+  switch (op.kind) {
+    case OpKind::einsum: {
+      const IndexLetters& la = op.einsum.inputs[0];
+      const IndexLetters& lb = op.einsum.inputs[1];
+      const IndexLetters& lc = op.einsum.output;
+      if (dx[0]) local_einsum(lc, dY, lb, X(1), la, DX(0), true);
+      if (dx[1]) local_einsum(la, X(0), lc, dY, lb, DX(1), true);
+      break;
+    }
+    case OpKind::gelu: be_.gelu_backward(X(0), dY, DX(0)); break;
+    case OpKind::dropout:
+      be_.dropout_backward(dY, DX(0),
+                           {.probability = static_cast<float>(op.probability),
+                            .rng = dropout_stream(k),
+                            .placement = placement(g_.tensor(out).shape, s.sharding.output)});
+      break;
+    case OpKind::scale: be_.add_scaled(dY, static_cast<float>(op.factor), DX(0)); break;
+    case OpKind::add:
+      if (dx[0]) be_.add_scaled(dY, 1.0f, DX(0));
+      if (dx[1]) be_.add_scaled(dY, 1.0f, DX(1));
+      break;
+    case OpKind::bias:
+      if (dx[0]) be_.add_scaled(dY, 1.0f, DX(0));
+      if (dx[1]) be_.bias_backward(dY, DX(1));
+      break;
+    case OpKind::softmax:
+      be_.softmax_backward(sv.output->view(out_local), dY, DX(0),
+                           {.scale = 1.0f,
+                            .masking = op.masking,
+                            .placement = placement(g_.tensor(out).shape, s.sharding.output)});
+      break;
+    case OpKind::layernorm: {
+      const TensorShape rows = rows_shape(in_local[0]);
+      auto tmp0 = dx[0] ? nullptr : zeros(in_local[0], MemoryCategory::temporaries);
+      auto tmp1 = dx[1] ? nullptr : zeros(in_local[1], MemoryCategory::temporaries);
+      auto tmp2 = dx[2] ? nullptr : zeros(in_local[2], MemoryCategory::temporaries);
+      TensorView d0 = dx[0] ? DX(0) : tmp0->view(in_local[0]);
+      TensorView d1 = dx[1] ? DX(1) : tmp1->view(in_local[1]);
+      TensorView d2 = dx[2] ? DX(2) : tmp2->view(in_local[2]);
+      if (s.sharding.variant != OpVariant::distributed_statistics) {
+        be_.layernorm_backward(dY, X(0), X(1), sv.state1.view(rows), sv.state2.view(rows), d0, d1,
+                               d2);
+      } else {
+        TensorShape sums_shape = rows;
+        sums_shape.push_back({"stats", 2});
+        Buffer sums = buffer(sums_shape, DType::fp32, MemoryCategory::temporaries);
+        be_.layernorm_backward_partial_sums(dY, X(0), X(1), sv.state1.view(rows),
+                                            sv.state2.view(rows), sums.view(sums_shape));
+        all_reduce(sums.view(sums_shape), s.sharding.inputs[0].dims()[op.dim], ReduceOp::sum);
+        be_.layernorm_backward_apply(
+            dY, X(0), X(1), sv.state1.view(rows), sv.state2.view(rows), sums.view(sums_shape),
+            g_.tensor(op.inputs[0]).shape.dims()[op.dim].extent, d0, d1, d2);
+      }
+      break;
+    }
+    case OpKind::gather: {
+      if (!dx[0]) break;
+      const Slice table =
+          device_slice(g_.tensor(op.inputs[0]).shape, s.sharding.inputs[0], mesh_, device_);
+      be_.embedding_backward(dY, Ids(1), DX(0), {.vocab_offset = table.offset[0]});
+      break;
+    }
+    case OpKind::softmax_cross_entropy: {
+      const TensorShape rows = rows_shape(in_local[0]);
+      be_.cross_entropy_backward(sv.extra->view(in_local[0]), Ids(1), sv.state1.view(rows),
+                                 reshaped(dY, {{"loss", 1}}), DX(0), ce_args(k));
+      break;
+    }
+    case OpKind::fused_attention: {
+      const TensorShape lse = {in_local[0].dims()[0], in_local[0].dims()[1], in_local[0].dims()[2]};
+      const AttentionArgs args = attention_args(k);
+      if (!gathers_kv(k)) {
+        be_.attention_backward(X(0), X(1), X(2), sv.output->view(out_local), sv.state1.view(lse),
+                               dY, DX(0), DX(1), DX(2), args);
+        break;
+      }
+      const TensorShape fs{
+          in_local[1].dims()[0],
+          in_local[1].dims()[1],
+          {in_local[1].dims()[2].name, g_.tensor(op.inputs[1]).shape.dims()[2].extent},
+          in_local[1].dims()[3]};
+      auto kf = gather_seq(k, X(1));
+      auto vf = gather_seq(k, X(2));
+      auto dkf = zeros(fs, MemoryCategory::temporaries);
+      auto dvf = zeros(fs, MemoryCategory::temporaries);
+      be_.attention_backward(X(0), kf->view(fs), vf->view(fs), sv.output->view(out_local),
+                             sv.state1.view(lse), dY, DX(0), dkf->view(fs), dvf->view(fs), args);
+      scatter_seq(k, dkf->view(fs), DX(1));
+      scatter_seq(k, dvf->view(fs), DX(2));
+      break;
+    }
+    case OpKind::view: view_copy(op, dY, DX(0), CopyMode::accumulate, true); break;
+  }
+  x = {};
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+    if (dx[i]) route_gradient(k, i, std::move(dx[i]));
+  }
+}
+
+}  // namespace carto

@@ -1,0 +1,354 @@
+// carto/runtime/executor/executor_class.hpp — the Executor class: its public API, its bookkeeping
+// types and data members, the small helpers every part uses; and the types a caller names with it
+// (ExecutorOptions, HostInput, TrackingAllocator).
+//
+// Design note (DESIGN.md §7; the rules it follows are listed in carto/runtime/executor.hpp).
+// The class is defined here once; its member functions are defined out of class, as inline
+// functions, in the part headers beside this one, each of which includes what it calls:
+//   storage.hpp     where each tensor lives (validate, layout), reshards, collectives on local
+//                   tensors, gathering to the host, materializing lazy views
+//   parameters.hpp  parameters and their optimizer state under ZeRO 0-3: initialisation, chunks,
+//                   gathers, gradient accumulation and reduction, AdamW
+//   inputs.hpp      the host batch, and reading an op's input in the spec it wants (forward)
+//                   or again (backward)
+//   einsum.hpp      a local einsum through the backend's GEMM
+//   forward.hpp     the forward pass, and the distributed forms of layernorm, cross-entropy and
+//                   attention
+//   backward.hpp    the backward pass, gradient routing and checkpoint recomputation
+//   executor.hpp    the constructor and the entry points that order a step
+// Members defined in the parts are declared `inline` here, so every translation unit that sees
+// the class sees them as inline. Include carto/runtime/executor.hpp to use the class: the parts
+// alone leave the entry points undefined.
+//
+// Buffers and dtypes: every buffer the executor allocates comes from `buffer` (dtype named at the
+// call) or `allocate` / `zeros` (shared, the values' dtype); all are fp32 today. Views assume fp32
+// where they take `.f32()` or compute offsets in 4-byte elements (offset_view); token ids live in
+// 4-byte buffers read through index_view.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "carto/cost/hardware.hpp"
+#include "carto/cost/reshard.hpp"
+#include "carto/error.hpp"
+#include "carto/graph/graph.hpp"
+#include "carto/profile/op_cost.hpp"
+#include "carto/runtime/backend.hpp"
+#include "carto/runtime/communicator.hpp"
+#include "carto/runtime/memory.hpp"
+#include "carto/runtime/reshard_exec.hpp"
+#include "carto/runtime/rng.hpp"
+#include "carto/search/strategy.hpp"
+#include "carto/spec/layout.hpp"
+#include "carto/spec/mesh.hpp"
+#include "carto/spec/sharding.hpp"
+
+namespace carto {
+
+namespace exec_detail {
+// An index of n entries, each `value`.
+inline Index filled(std::size_t n, std::int64_t value) {
+  Index out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(value);
+  return out;
+}
+// The extents of a shape, as an Index.
+inline Index extents_of(const TensorShape& shape) {
+  Index out;
+  for (const DimExtent& d : shape.dims()) out.push_back(d.extent);
+  return out;
+}
+}  // namespace exec_detail
+
+// An Allocator that records every allocation in a MemoryTracker and forwards to another allocator.
+class TrackingAllocator final : public Allocator {
+ public:
+  TrackingAllocator(Allocator& base, MemoryTracker& tracker) : base_(&base), tracker_(&tracker) {}
+  void* allocate(std::size_t bytes, MemoryCategory category) override {
+    void* p = base_->allocate(bytes, category);
+    tracker_->record_allocate(category, static_cast<std::int64_t>(bytes));
+    return p;
+  }
+  void deallocate(void* pointer, std::size_t bytes, MemoryCategory category) noexcept override {
+    try {
+      tracker_->record_free(category, static_cast<std::int64_t>(bytes));
+    } catch (...) {  // a tracker inconsistency must not leak the memory
+    }
+    base_->deallocate(pointer, bytes, category);
+  }
+
+ private:
+  Allocator* base_;
+  MemoryTracker* tracker_;
+};
+
+struct ExecutorOptions {
+  int zero_stage = 0;                // 0-3
+  std::vector<bool> checkpointed{};  // per group; missing entries are false
+  std::uint64_t seed = 1234;
+  float init_stddev = rng::kGpt2InitStd;
+  AdamWArgs adamw{};
+  LayerNormArgs layernorm{};
+};
+
+// Host data of one micro-batch: one entry per graph input, in tensor-id order. Token ids for
+// TensorKind::index inputs, values for activation inputs; global, row-major.
+struct HostInput {
+  TensorId tensor{};
+  std::vector<std::int32_t> ids{};
+  std::vector<float> values{};
+};
+
+class Executor {
+ public:
+  // Checks the plan against the graph and the communicators' mesh, lays out every tensor's stored
+  // spec and initialises the parameters (executor.hpp).
+  inline Executor(const Graph& graph, const DeviceMesh& mesh, std::vector<Strategy> strategies,
+                  Backend& backend, MeshComms& comms, const HardwareProfile& hw,
+                  ExecutorOptions options = {});
+
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  [[nodiscard]] const Graph& graph() const { return g_; }
+  [[nodiscard]] const DeviceMesh& mesh() const { return mesh_; }
+  [[nodiscard]] const std::vector<Strategy>& strategies() const { return st_; }
+  [[nodiscard]] std::int64_t step_count() const { return step_; }
+
+  // One forward and backward pass over one micro-batch of a step of `micro_batches`; parameter
+  // gradients accumulate. Returns the micro-batch's loss (the result scalar; for a non-scalar
+  // result, Σ result ∘ G with G the fixed normal seed gradient, see seed_stream).
+  inline double forward_backward(std::span<const HostInput> inputs, std::int64_t micro_batch = 0,
+                                 std::int64_t micro_batches = 1);
+
+  // Forward only (inference): runs the graph on `inputs` and returns the whole value of tensor
+  // `t` on the host (row-major); nothing is kept afterwards and no gradient changes. Collective.
+  inline std::vector<float> evaluate(std::span<const HostInput> inputs, TensorId t);
+
+  // Reduces the accumulated parameter gradients to their stored specs (once per step).
+  inline void finish_gradients();
+
+  // One AdamW step on the local shards (after finish_gradients), then zeroes the gradients.
+  inline void optimizer_step();
+
+  // The whole (global) value of a parameter on the host, row-major. Collective: every rank calls.
+  inline std::vector<float> parameter(TensorId t);
+  // The whole reduced gradient of a parameter (after finish_gradients). Collective.
+  inline std::vector<float> gradient(TensorId t);
+  // Every parameter tensor of the graph, in tensor-id order.
+  [[nodiscard]] inline std::vector<TensorId> parameters() const;
+  // The stored spec of a tensor.
+  [[nodiscard]] const ShardingSpec& stored_spec(TensorId t) const { return stored_.at(t.index()); }
+
+  // The normal seed gradient of a non-scalar result: G[i] = rng::normal(stream, i).
+  [[nodiscard]] RngStream seed_stream() const {
+    return {.seed = opt_.seed, .id = stream_id(RngPurpose::test, 0, 0)};
+  }
+
+ private:
+  // ---- bookkeeping types ----
+  struct Use {  // one op reading a parameter
+    std::size_t op = 0;
+    std::size_t input = 0;
+    ShardingSpec want{};
+    ShardingSpec grad_spec{};
+    bool direct = false;  // accumulates straight into Param::grad (first consumer, same spec)
+    bool accumulated = false;
+    std::shared_ptr<Buffer> accumulator{};  // Partial local gradient (ZeRO 0-1)
+  };
+  struct Param {
+    TensorId id{};
+    TensorShape global{};
+    ShardingSpec spec{};
+    TensorShape local{};
+    AxisList replica_axes{};
+    std::int64_t replicas = 1;
+    std::int64_t chunk = 0;  // ZeRO shard length (elements)
+    std::int64_t group_rank = 0;
+    Communicator* comm = nullptr;  // the replica group, if replicas > 1
+    Buffer value, grad, m, v;
+    std::vector<Use> uses;
+  };
+  struct SavedInput {
+    std::shared_ptr<Buffer> buffer{};  // the moved copy, or the stored (base) storage
+    bool moved_copy = false;
+  };
+  struct Saved {
+    std::array<SavedInput, 3> inputs{};
+    std::shared_ptr<Buffer> output{};
+    std::shared_ptr<Buffer> extra{};  // cross-entropy: the logits read
+    Buffer state1, state2;            // mean/rstd, logsumexp
+  };
+  struct Read {                      // an op's input as read in forward
+    std::shared_ptr<Buffer> buffer;  // holds the local tensor in `want`
+    std::shared_ptr<Buffer> stored;  // the stored storage (for saving)
+    bool moved = false;
+  };
+
+  // ---- storage.hpp: where tensors live, reshards, collectives, views ----
+  inline void validate();
+  inline void layout();
+  inline Buffer move(const TensorShape& global, ConstTensorView local, const ShardingSpec& from,
+                     const ShardingSpec& to, MemoryCategory category);
+  inline void reduce_partial(Buffer& b, const ShardingSpec& spec, const TensorShape& global);
+  inline void all_reduce(TensorView v, const AxisList& axes, ReduceOp op);
+  inline std::vector<float> gather_to_host(const TensorShape& global, ConstTensorView local,
+                                           const ShardingSpec& spec);
+  inline std::shared_ptr<Buffer> materialize(TensorId t, const std::shared_ptr<Buffer>& base);
+  inline void view_copy(const Op& op, ConstTensorView x, TensorView y, CopyMode mode, bool inverse);
+
+  // ---- parameters.hpp: parameters, ZeRO chunks, gradients ----
+  inline void init_parameters();
+  inline void init_value(const Param& p, TensorView value);
+  inline void copy_chunk(ConstTensorView full, const Param& p, TensorView chunk);
+  inline void all_gather_chunks(Param& p, ConstTensorView chunk, TensorView dst);
+  inline Buffer gather_chunks(Param& p, const Buffer& chunk);
+  inline std::shared_ptr<Buffer> parameter_local(Param& p);
+  inline void begin_step();
+  inline void accumulate_parameter_gradient(std::size_t k, std::size_t i,
+                                            std::shared_ptr<Buffer> grad);
+
+  // ---- inputs.hpp: the host batch, reading an op's inputs ----
+  inline void set_inputs(std::span<const HostInput> inputs);
+  inline std::shared_ptr<Buffer> host_slice(TensorId t, const ShardingSpec& spec);
+  inline Read read_input(std::size_t k, std::size_t i);
+  inline std::shared_ptr<Buffer> reread(std::size_t k, std::size_t i);
+
+  // ---- einsum.hpp: local einsum through GEMM ----
+  inline void local_einsum(const IndexLetters& la, ConstTensorView A, const IndexLetters& lb,
+                           ConstTensorView B, const IndexLetters& lc, TensorView C,
+                           bool accumulate);
+  static inline TensorShape permuted_shape(const TensorShape& x, const std::string& from,
+                                           const std::string& to);
+  inline std::shared_ptr<Buffer> permuted(ConstTensorView x, const std::string& from,
+                                          const std::string& to);
+  inline void copy_permuted(ConstTensorView src, const std::string& from, TensorView dst,
+                            const std::string& to, CopyMode mode);
+
+  // ---- forward.hpp: the forward pass and the distributed op forms ----
+  inline void forward();
+  inline double result_value();
+  inline void release_after_use(TensorId t);
+  inline void run_forward(std::size_t k, bool keep);
+  inline void layernorm_forward(std::size_t k, ConstTensorView x, ConstTensorView gamma,
+                                ConstTensorView beta, TensorView y, Saved& sv);
+  [[nodiscard]] inline const AxisList& vocab_axes(std::size_t k) const;
+  inline CrossEntropyArgs ce_args(std::size_t k) const;
+  inline void cross_entropy_forward(std::size_t k, ConstTensorView logits, IndexView targets,
+                                    TensorView loss, Saved& sv);
+  inline AttentionArgs attention_args(std::size_t k) const;
+  [[nodiscard]] inline bool gathers_kv(std::size_t k) const;
+  inline std::shared_ptr<Buffer> gather_seq(std::size_t k, ConstTensorView local);
+  inline void scatter_seq(std::size_t k, ConstTensorView gathered, TensorView local);
+  inline void attention_forward(std::size_t k, ConstTensorView q, ConstTensorView kk,
+                                ConstTensorView v, TensorView out, Saved& sv);
+
+  // ---- backward.hpp: the backward pass and recomputation ----
+  inline void backward();
+  inline void recompute(std::int32_t group);
+  inline void route_gradient(std::size_t k, std::size_t i, std::shared_ptr<Buffer> grad);
+  inline void run_backward(std::size_t k);
+
+  // ---- small helpers ----
+  // The one place the executor allocates: a buffer of `shape` in `dtype`, charged to `c`.
+  Buffer buffer(const TensorShape& shape, DType dtype, MemoryCategory c) {
+    return be_.allocate(shape, dtype, c);
+  }
+  // A shared buffer for a tensor's values (activations, gradients, temporaries), and one filled
+  // with zeros.
+  std::shared_ptr<Buffer> allocate(const TensorShape& shape, MemoryCategory c) {
+    return std::make_shared<Buffer>(buffer(shape, DType::fp32, c));
+  }
+  std::shared_ptr<Buffer> zeros(const TensorShape& shape, MemoryCategory c) {
+    auto b = allocate(shape, c);
+    be_.fill(b->view(shape), 0.0f);
+    return b;
+  }
+  // A view of `shape` at element `offset` of an fp32 buffer.
+  static TensorView offset_view(const Buffer& b, std::int64_t offset, const TensorShape& shape) {
+    CARTO_CHECK(static_cast<std::size_t>((offset + shape.numel()) * 4) <= b.bytes(),
+                "a view past the end of a buffer");
+    return {.data = static_cast<float*>(b.data()) + offset, .shape = shape, .dtype = DType::fp32};
+  }
+  static IndexView index_view(const Buffer& b, const TensorShape& shape) {
+    return {.data = static_cast<const std::int32_t*>(b.data()), .shape = shape};
+  }
+  [[nodiscard]] ShardPlacement placement(const TensorShape& global,
+                                         const ShardingSpec& spec) const {
+    const Slice s = device_slice(global, without_partial(spec), mesh_, device_);
+    ShardPlacement p;
+    for (std::size_t d = 0; d < global.rank(); ++d)
+      p.global_extents.push_back(global.dims()[d].extent);
+    p.offset = s.offset;
+    return p;
+  }
+  [[nodiscard]] TensorShape local_of(TensorId t, const ShardingSpec& spec) const {
+    return local_shape(g_.tensor(t).shape, spec, mesh_);
+  }
+  Param& param_of(TensorId t) {
+    const auto it = param_index_.find(t.index());
+    CARTO_CHECK(it != param_index_.end(), "tensor ", t.value, " is not a parameter");
+    return params_[it->second];
+  }
+  [[nodiscard]] bool checkpointed(std::int32_t group) const {
+    return group >= 0 && static_cast<std::size_t>(group) < opt_.checkpointed.size() &&
+           opt_.checkpointed[static_cast<std::size_t>(group)] &&
+           g_.groups()[static_cast<std::size_t>(group)].kind == GroupKind::transformer_block;
+  }
+  [[nodiscard]] RngStream dropout_stream(std::size_t k) const {
+    return {.seed = opt_.seed,
+            .id = stream_id(RngPurpose::dropout, static_cast<std::uint32_t>(k),
+                            static_cast<std::uint32_t>(step_ * micro_count_ + micro_))};
+  }
+  [[nodiscard]] bool kept(TensorId t) const { return t == g_.result() || t == evaluate_target_; }
+  // The row shape of a tensor reduced over its last dim (layernorm and cross-entropy statistics).
+  static TensorShape rows_shape(const TensorShape& x) {
+    TensorShape rows;
+    for (std::size_t d = 0; d + 1 < x.rank(); ++d) rows.push_back(x.dims()[d]);
+    if (rows.rank() == 0) rows.push_back({"rows", 1});
+    return rows;
+  }
+
+  // ---- state ----
+  const Graph& g_;
+  DeviceMesh mesh_;
+  std::vector<Strategy> st_;
+  Backend& be_;
+  MeshComms& comms_;
+  HardwareProfile hw_;  // a copy: callers may pass a temporary
+  ExecutorOptions opt_;
+  std::int64_t device_ = 0;
+  ReshardCache cache_{};
+
+  std::vector<ShardingSpec> stored_{};
+  std::vector<int> consumers_{};
+  std::vector<int> remaining_{};
+  std::vector<bool> lazy_{};
+  std::vector<std::shared_ptr<Buffer>> act_{};
+  std::vector<std::shared_ptr<Buffer>> grad_{};
+  std::vector<Saved> saved_{};
+  std::vector<std::vector<std::pair<TensorId, std::shared_ptr<Buffer>>>> ckpt_inputs_{};
+  std::vector<bool> recomputed_{};
+  std::vector<Param> params_{};
+  std::map<std::size_t, std::size_t> param_index_{};
+  std::map<std::size_t, const HostInput*> host_{};
+  TensorId evaluate_target_{};
+  bool inference_ = false;
+  std::int64_t step_ = 0;
+  std::int64_t micro_ = 0;
+  std::int64_t micro_count_ = 1;
+};
+
+}  // namespace carto

@@ -1,0 +1,306 @@
+// carto/runtime/executor/forward.hpp — the forward pass, and the distributed forms of layernorm,
+// cross-entropy and attention.
+//
+// Design note (DESIGN.md §7; executor.hpp lists the rules). forward() runs the ops in graph order;
+// remaining_ counts each tensor's forward consumers left and an activation is freed after its last
+// one (the result and an evaluate target are kept). run_forward reads the inputs (inputs.hpp),
+// saves those that profile/op_cost.hpp's saved_tensors names, by the regather rule, runs the local
+// kernel on local shards and stores the output in its output spec — Partial over the axes that
+// split a contracted einsum letter, resolved by the next reshard that needs it. In a checkpointed
+// group the ops run with keep = false and save nothing; the group's external inputs are kept in
+// ckpt_inputs_ for backward's recompute. Dropout draws from a stream keyed by (op, step·m +
+// micro-batch), so the recompute draws the same masks.
+// Distributed forms:
+//  - layernorm with distributed statistics (the normalized dim split): partial row sums,
+//    all-reduced over the axes splitting that dim, then applied locally;
+//  - vocab-parallel cross-entropy (Megatron-LM's scheme): the row max all-reduced (max), then the
+//    row Σexp and the target logit all-reduced (sum);
+//  - fused attention with the query sequence split (gathered_kv): K and V all-gathered along the
+//    sequence (gather_seq); backward reduce-scatters dK and dV (scatter_seq).
+#pragma once
+
+#include "carto/runtime/executor/einsum.hpp"
+#include "carto/runtime/executor/inputs.hpp"
+#include "carto/runtime/executor/storage.hpp"
+
+namespace carto {
+
+inline void Executor::forward() {
+  for (std::size_t t = 0; t < remaining_.size(); ++t) remaining_[t] = consumers_[t];
+  ckpt_inputs_.assign(g_.groups().size(), {});
+  for (std::size_t k = 0; k < g_.num_ops(); ++k) {
+    const Op& op = g_.ops()[k];
+    const bool ckpt = checkpointed(op.group);
+    if (ckpt) {  // keep the external inputs of the group for its recompute
+      const OpGroup& grp = g_.groups()[static_cast<std::size_t>(op.group)];
+      for (TensorId t : op.inputs) {
+        const TensorInfo& info = g_.tensor(t);
+        if (info.kind == TensorKind::activation && info.producer.valid() &&
+            (info.producer.value < grp.first_op || info.producer.value >= grp.end_op)) {
+          ckpt_inputs_[static_cast<std::size_t>(op.group)].push_back({t, act_[t.index()]});
+        }
+      }
+    }
+    run_forward(k, !ckpt);
+  }
+}
+
+inline double Executor::result_value() {
+  const TensorId r = g_.result();
+  const TensorInfo& info = g_.tensor(r);
+  CARTO_CHECK(act_[r.index()] != nullptr, "the result tensor was freed");
+  std::shared_ptr<Buffer> value = materialize(r, act_[r.index()]);
+  std::vector<float> host =
+      gather_to_host(info.shape, value->view(local_of(r, stored_[r.index()])), stored_[r.index()]);
+  if (info.shape.numel() == 1) return host[0];
+  double sum = 0;
+  const RngStream s = seed_stream();
+  for (std::size_t i = 0; i < host.size(); ++i)
+    sum += static_cast<double>(host[i]) * rng::normal(s, static_cast<std::int64_t>(i));
+  return sum;
+}
+
+inline void Executor::release_after_use(TensorId t) {
+  if (--remaining_[t.index()] <= 0 && !kept(t)) act_[t.index()].reset();
+}
+
+inline void Executor::run_forward(std::size_t k, bool keep) {
+  const Op& op = g_.ops()[k];
+  const Strategy& s = st_[k];
+  Saved& sv = saved_[k];
+  sv = Saved{};
+  const auto saved_list = saved_tensors(g_, op);
+  auto is_saved = [&](TensorId t) {
+    return std::find(saved_list.begin(), saved_list.end(), t) != saved_list.end();
+  };
+  const TensorId out = op.output;
+  const TensorShape out_global = g_.tensor(out).shape;
+  const TensorShape out_local = local_of(out, s.sharding.output);
+
+  if (op.kind == OpKind::view && lazy_[out.index()]) {  // alias the base storage
+    act_[out.index()] = act_[op.inputs[0].index()];
+    release_after_use(op.inputs[0]);
+    if (remaining_[out.index()] <= 0 && !kept(out)) act_[out.index()].reset();
+    return;
+  }
+
+  std::array<Read, 3> in{};
+  std::array<TensorShape, 3> in_local{};
+  for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+    in[i] = read_input(k, i);
+    in_local[i] = local_of(op.inputs[i], without_partial(s.sharding.inputs[i]));
+    const TensorId t = op.inputs[i];
+    if (keep && is_saved(t)) {
+      const TensorInfo& info = g_.tensor(t);
+      const bool regather = in[i].moved && info.producer.valid() &&
+                            local_of(t, stored_[t.index()]).numel() < in_local[i].numel();
+      if (!in[i].moved || regather) {
+        sv.inputs[i] = {in[i].stored != nullptr ? in[i].stored : in[i].buffer, false};
+      } else {
+        sv.inputs[i] = {in[i].buffer, true};
+      }
+    }
+  }
+  auto X = [&](std::size_t i) { return ConstTensorView(in[i].buffer->view(in_local[i])); };
+  auto Ids = [&](std::size_t i) { return index_view(*in[i].buffer, in_local[i]); };
+
+  auto y = allocate(out_local, MemoryCategory::activations);
+  TensorView Y = y->view(out_local);
+  switch (op.kind) {
+    case OpKind::einsum:
+      local_einsum(op.einsum.inputs[0], X(0), op.einsum.inputs[1], X(1), op.einsum.output, Y,
+                   false);
+      break;
+    case OpKind::gelu: be_.gelu_forward(X(0), Y); break;
+    case OpKind::dropout:
+      be_.dropout_forward(X(0), Y,
+                          {.probability = inference_ ? 0.0f : static_cast<float>(op.probability),
+                           .rng = dropout_stream(k),
+                           .placement = placement(out_global, s.sharding.output)});
+      break;
+    case OpKind::scale: be_.scale(X(0), static_cast<float>(op.factor), Y); break;
+    case OpKind::add: be_.add(X(0), X(1), Y); break;
+    case OpKind::bias: be_.bias_forward(X(0), X(1), Y); break;
+    case OpKind::softmax:
+      be_.softmax_forward(X(0), Y,
+                          {.scale = 1.0f,
+                           .masking = op.masking,
+                           .placement = placement(out_global, s.sharding.output)});
+      break;
+    case OpKind::layernorm: layernorm_forward(k, X(0), X(1), X(2), Y, sv); break;
+    case OpKind::gather: {
+      const Slice table =
+          device_slice(g_.tensor(op.inputs[0]).shape, s.sharding.inputs[0], mesh_, device_);
+      be_.embedding_forward(X(0), Ids(1), Y, {.vocab_offset = table.offset[0]});
+      break;
+    }
+    case OpKind::softmax_cross_entropy:
+      cross_entropy_forward(k, X(0), Ids(1), Y, sv);
+      sv.extra = in[0].buffer;  // the logits, in place of the fp32 softmax the model counts
+      break;
+    case OpKind::fused_attention: attention_forward(k, X(0), X(1), X(2), Y, sv); break;
+    case OpKind::view: view_copy(op, X(0), Y, CopyMode::assign, false); break;
+  }
+  act_[out.index()] = y;
+  if (keep && is_saved(out)) sv.output = y;
+  if (!keep) sv = Saved{};  // a checkpointed group keeps nothing; it recomputes
+  for (TensorId t : op.inputs) {
+    if (g_.tensor(t).kind == TensorKind::activation && g_.tensor(t).producer.valid())
+      release_after_use(t);
+  }
+  if (remaining_[out.index()] <= 0 && !kept(out)) act_[out.index()].reset();
+}
+
+inline void Executor::layernorm_forward(std::size_t k, ConstTensorView x, ConstTensorView gamma,
+                                        ConstTensorView beta, TensorView y, Saved& sv) {
+  const Op& op = g_.ops()[k];
+  const Strategy& s = st_[k];
+  const TensorShape rows = rows_shape(x.shape());
+  sv.state1 = buffer(rows, DType::fp32, MemoryCategory::activations);
+  sv.state2 = buffer(rows, DType::fp32, MemoryCategory::activations);
+  if (s.sharding.variant != OpVariant::distributed_statistics) {
+    be_.layernorm_forward(x, gamma, beta, y, sv.state1.view(rows), sv.state2.view(rows),
+                          opt_.layernorm);
+    return;
+  }
+  const AxisList& axes = s.sharding.inputs[0].dims()[op.dim];
+  TensorShape sums_shape = rows;
+  sums_shape.push_back({"stats", 2});
+  Buffer sums = buffer(sums_shape, DType::fp32, MemoryCategory::temporaries);
+  be_.layernorm_partial_sums(x, sums.view(sums_shape));
+  all_reduce(sums.view(sums_shape), axes, ReduceOp::sum);
+  be_.layernorm_apply(x, sums.view(sums_shape), g_.tensor(op.inputs[0]).shape.dims()[op.dim].extent,
+                      gamma, beta, y, sv.state1.view(rows), sv.state2.view(rows), opt_.layernorm);
+}
+
+inline const AxisList& Executor::vocab_axes(std::size_t k) const {
+  const ShardingSpec& logits = st_[k].sharding.inputs[0];
+  return logits.dims()[logits.rank() - 1];
+}
+
+inline CrossEntropyArgs Executor::ce_args(std::size_t k) const {
+  const Op& op = g_.ops()[k];
+  const Slice s =
+      device_slice(g_.tensor(op.inputs[0]).shape, st_[k].sharding.inputs[0], mesh_, device_);
+  return {.vocab_offset = s.offset[s.offset.size() - 1],
+          .token_count = g_.tensor(op.inputs[1]).shape.numel()};
+}
+
+inline void Executor::cross_entropy_forward(std::size_t k, ConstTensorView logits,
+                                            IndexView targets, TensorView loss, Saved& sv) {
+  const TensorShape rows = rows_shape(logits.shape());
+  sv.state1 = buffer(rows, DType::fp32, MemoryCategory::activations);
+  const CrossEntropyArgs args = ce_args(k);
+  const TensorView one = reshaped(loss, {{"loss", 1}});
+  const AxisList& axes = vocab_axes(k);
+  if (axes.empty() || split_factor(axes, mesh_) == 1) {
+    be_.cross_entropy_forward(logits, targets, one, sv.state1.view(rows), args);
+    return;
+  }
+  Buffer mx = buffer(rows, DType::fp32, MemoryCategory::temporaries);
+  Buffer se = buffer(rows, DType::fp32, MemoryCategory::temporaries);
+  Buffer tl = buffer(rows, DType::fp32, MemoryCategory::temporaries);
+  be_.cross_entropy_row_max(logits, mx.view(rows));
+  all_reduce(mx.view(rows), axes, ReduceOp::max);
+  be_.cross_entropy_sum_exp(logits, mx.view(rows), se.view(rows));
+  be_.cross_entropy_target_logit(logits, targets, tl.view(rows), args);
+  all_reduce(se.view(rows), axes, ReduceOp::sum);
+  all_reduce(tl.view(rows), axes, ReduceOp::sum);
+  be_.cross_entropy_loss(mx.view(rows), se.view(rows), tl.view(rows), one, sv.state1.view(rows),
+                         args);
+}
+
+inline AttentionArgs Executor::attention_args(std::size_t k) const {
+  const Op& op = g_.ops()[k];
+  const TensorShape& q = g_.tensor(op.inputs[0]).shape;  // (B, a, S, d)
+  const Slice s = device_slice(q, st_[k].sharding.inputs[0], mesh_, device_);
+  ShardPlacement p;
+  p.global_extents = {q.dims()[0].extent, q.dims()[1].extent, q.dims()[2].extent,
+                      q.dims()[2].extent};
+  p.offset = {s.offset[0], s.offset[1], s.offset[2], 0};
+  return {.scale = static_cast<float>(op.factor),
+          .masking = op.masking,
+          .dropout = inference_ ? 0.0f : static_cast<float>(op.probability),
+          .rng = dropout_stream(k),
+          .placement = p};
+}
+
+inline bool Executor::gathers_kv(std::size_t k) const {
+  return st_[k].sharding.variant == OpVariant::gathered_kv &&
+         split_factor(st_[k].sharding.inputs[0].dims()[2], mesh_) > 1;
+}
+
+// K or V gathered along the sequence over the query's sequence axes.
+inline std::shared_ptr<Buffer> Executor::gather_seq(std::size_t k, ConstTensorView local) {
+  const AxisList& axes = st_[k].sharding.inputs[0].dims()[2];
+  Communicator& c = comms_.axes(axes);
+  const auto r = static_cast<std::int64_t>(c.size());
+  const TensorShape& ls = local.shape();
+  TensorShape full = ls;
+  full = TensorShape{
+      ls.dims()[0], ls.dims()[1], {ls.dims()[2].name, ls.dims()[2].extent * r}, ls.dims()[3]};
+  auto all = allocate({{"gathered", local.numel() * r}}, MemoryCategory::temporaries);
+  be_.synchronize();
+  c.all_gather(std::span<const float>(local.f32(), static_cast<std::size_t>(local.numel())),
+               std::span<float>(all->view({{"gathered", local.numel() * r}}).f32(),
+                                static_cast<std::size_t>(local.numel() * r)))
+      .wait();
+  auto out = allocate(full, MemoryCategory::temporaries);
+  const Index ext{ls.dims()[0].extent, ls.dims()[1].extent, ls.dims()[2].extent,
+                  ls.dims()[3].extent};
+  for (std::int64_t j = 0; j < r; ++j) {
+    const StridedBox from = box_of(ls, {.offset = exec_detail::filled(4, 0), .extent = ext});
+    StridedBox piece = from;
+    piece.offset += j * local.numel();
+    be_.copy_strided(all->view({{"gathered", local.numel() * r}}), piece, out->view(full),
+                     box_of(full, {.offset = {0, 0, j * ext[2], 0}, .extent = ext}), ext,
+                     CopyMode::assign);
+  }
+  return out;
+}
+
+// d (local, += ) = reduce-scatter of the gathered gradient along the sequence.
+inline void Executor::scatter_seq(std::size_t k, ConstTensorView gathered, TensorView local) {
+  const AxisList& axes = st_[k].sharding.inputs[0].dims()[2];
+  Communicator& c = comms_.axes(axes);
+  const auto r = static_cast<std::int64_t>(c.size());
+  const TensorShape& ls = local.shape;
+  const Index ext{ls.dims()[0].extent, ls.dims()[1].extent, ls.dims()[2].extent,
+                  ls.dims()[3].extent};
+  auto send = allocate({{"send", local.numel() * r}}, MemoryCategory::temporaries);
+  for (std::int64_t j = 0; j < r; ++j) {
+    StridedBox piece = box_of(ls, {.offset = exec_detail::filled(4, 0), .extent = ext});
+    piece.offset += j * local.numel();
+    be_.copy_strided(gathered,
+                     box_of(gathered.shape(), {.offset = {0, 0, j * ext[2], 0}, .extent = ext}),
+                     send->view({{"send", local.numel() * r}}), piece, ext, CopyMode::assign);
+  }
+  auto recv = allocate(ls, MemoryCategory::temporaries);
+  be_.synchronize();
+  c.reduce_scatter(std::span<const float>(send->view({{"send", local.numel() * r}}).f32(),
+                                          static_cast<std::size_t>(local.numel() * r)),
+                   std::span<float>(recv->view(ls).f32(), static_cast<std::size_t>(local.numel())),
+                   ReduceOp::sum)
+      .wait();
+  be_.add_scaled(recv->view(ls), 1.0f, local);
+}
+
+inline void Executor::attention_forward(std::size_t k, ConstTensorView q, ConstTensorView kk,
+                                        ConstTensorView v, TensorView out, Saved& sv) {
+  const TensorShape lse = {q.shape().dims()[0], q.shape().dims()[1], q.shape().dims()[2]};
+  sv.state1 = buffer(lse, DType::fp32, MemoryCategory::activations);
+  if (!gathers_kv(k)) {
+    be_.attention_forward(q, kk, v, out, sv.state1.view(lse), attention_args(k));
+    return;
+  }
+  auto kf = gather_seq(k, kk);
+  auto vf = gather_seq(k, v);
+  const TensorShape fs{
+      kk.shape().dims()[0],
+      kk.shape().dims()[1],
+      {kk.shape().dims()[2].name, g_.tensor(g_.ops()[k].inputs[1]).shape.dims()[2].extent},
+      kk.shape().dims()[3]};
+  be_.attention_forward(q, kf->view(fs), vf->view(fs), out, sv.state1.view(lse), attention_args(k));
+}
+
+}  // namespace carto

@@ -1,0 +1,281 @@
+// carto/runtime/executor/parameters.hpp — parameters and their optimizer state under ZeRO 0-3:
+// initialisation, chunks and gathers, gradient accumulation and reduction, AdamW.
+//
+// Design note (DESIGN.md §7; executor.hpp lists the rules). A parameter is stored in its first
+// consumer's input spec (Param::spec; local shape Param::local, n elements) and is replicated over
+// the mesh axes that spec leaves unused: its replica group of r devices (Param::comm). ZeRO splits
+// the flat local tensor into r contiguous chunks of ⌈n/r⌉ elements, the last one padded; a rank
+// owns chunk group_rank.
+//  - Stage 1: the AdamW moments m, v are chunks; after its update the parameter is all-gathered.
+//  - Stage 2: the gradient is a chunk too; each backward reduces it at once and keeps this rank's
+//    chunk (accumulate_parameter_gradient), as DeepSpeed does.
+//  - Stage 3: the value is a chunk as well, all-gathered before each use (parameter_local).
+// Below stage 2 each use accumulates its gradient over the micro-batches in its Partial local
+// form: the direct use (first consumer, gradient spec = stored spec) into Param::grad, the others
+// into their own accumulator; finish_gradients reduces them once per step and moves them to the
+// stored spec. Initial values: GPT-2's normal from an rng stream keyed by the tensor id and the
+// global element index (layernorm gamma 1, beta and biases 0), so every plan starts alike.
+#pragma once
+
+#include "carto/runtime/executor/storage.hpp"
+
+namespace carto {
+
+inline void Executor::init_parameters() {
+  for (std::size_t t = 0; t < g_.tensors().size(); ++t) {
+    const TensorInfo& info = g_.tensors()[t];
+    if (info.kind != TensorKind::parameter) continue;
+    Param p;
+    p.id = TensorId{static_cast<std::int32_t>(t)};
+    p.global = info.shape;
+    p.spec = stored_[t];
+    p.local = local_shape(p.global, p.spec, mesh_);
+    for (std::size_t a = 0; a < mesh_.num_axes(); ++a) {
+      const AxisName& name = mesh_.axis(a).name;
+      if (!p.spec.uses(name) && mesh_.axis(a).size > 1) p.replica_axes.push_back(name);
+    }
+    p.replicas = replication_factor(p.spec, mesh_);
+    const std::int64_t n = p.local.numel();
+    p.chunk = (n + p.replicas - 1) / p.replicas;
+    if (p.replicas > 1) {
+      p.comm = &comms_.axes(p.replica_axes);
+      p.group_rank = p.comm->rank();
+    }
+    // Value: GPT-2's initialisation, by the op that reads it.
+    Buffer full =
+        buffer(p.local, DType::fp32,
+               opt_.zero_stage == 3 ? MemoryCategory::temporaries : MemoryCategory::parameters);
+    init_value(p, full.view(p.local));
+    const TensorShape chunk{{"chunk", p.chunk}};
+    if (opt_.zero_stage == 3) {
+      p.value = buffer(chunk, DType::fp32, MemoryCategory::parameters);
+      copy_chunk(full.view(p.local), p, p.value.view(chunk));
+    } else {
+      p.value = std::move(full);
+    }
+    const TensorShape& state = opt_.zero_stage >= 1 ? chunk : p.local;
+    p.m = buffer(state, DType::fp32, MemoryCategory::optimizer);
+    p.v = buffer(state, DType::fp32, MemoryCategory::optimizer);
+    be_.fill(p.m.view(state), 0.0f);
+    be_.fill(p.v.view(state), 0.0f);
+    const TensorShape& grad = opt_.zero_stage >= 2 ? chunk : p.local;
+    p.grad = buffer(grad, DType::fp32, MemoryCategory::gradients);
+    be_.fill(p.grad.view(grad), 0.0f);
+    // Uses.
+    for (std::size_t k = 0; k < g_.num_ops(); ++k) {
+      const Op& op = g_.ops()[k];
+      for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+        if (op.inputs[i].index() != t) continue;
+        Use u{.op = k,
+              .input = i,
+              .want = st_[k].sharding.inputs[i],
+              .grad_spec = st_[k].gradients[i]};
+        u.direct = p.uses.empty() && without_partial(u.grad_spec) == p.spec;
+        p.uses.push_back(std::move(u));
+      }
+    }
+    param_index_[t] = params_.size();
+    params_.push_back(std::move(p));
+  }
+  be_.synchronize();
+}
+
+inline void Executor::init_value(const Param& p, TensorView value) {
+  // The first consumer decides: layernorm gamma 1, beta 0; a bias 0; otherwise normal.
+  float constant = -1;
+  for (const Op& op : g_.ops()) {
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      if (op.inputs[i] != p.id) continue;
+      if (op.kind == OpKind::layernorm) constant = i == 1 ? 1.0f : 0.0f;
+      if (op.kind == OpKind::bias) constant = 0.0f;
+      goto decided;
+    }
+  }
+decided:
+  if (constant >= 0) {
+    be_.fill(value, constant);
+  } else {
+    be_.fill_normal(
+        value, opt_.init_stddev,
+        {.seed = opt_.seed,
+         .id = stream_id(RngPurpose::parameter_init, static_cast<std::uint32_t>(p.id.value), 0)},
+        placement(p.global, p.spec));
+  }
+}
+
+// The flat chunk of this rank (ZeRO) of a full local tensor.
+inline void Executor::copy_chunk(ConstTensorView full, const Param& p, TensorView chunk) {
+  const std::int64_t n = full.numel();
+  const std::int64_t begin = std::min(n, p.group_rank * p.chunk);
+  const std::int64_t len = std::min(n, begin + p.chunk) - begin;
+  be_.fill(chunk, 0.0f);
+  if (len > 0) {
+    be_.copy_box(reshaped(full, {{"flat", n}}), {.offset = {begin}, .extent = {len}},
+                 reshaped(chunk, {{"chunk", p.chunk}}), {0}, CopyMode::assign);
+  }
+}
+
+// dst (the full local tensor, n elements) = the first n elements of the replica group's chunks
+// concatenated in group-rank order.
+inline void Executor::all_gather_chunks(Param& p, ConstTensorView chunk, TensorView dst) {
+  const std::int64_t n = p.local.numel();
+  if (p.replicas == 1) {
+    be_.copy_box(chunk, {.offset = {0}, .extent = {n}}, reshaped(dst, {{"flat", n}}), {0},
+                 CopyMode::assign);
+    return;
+  }
+  const TensorShape all_shape{{"all", p.chunk * p.replicas}};
+  Buffer all = buffer(all_shape, DType::fp32, MemoryCategory::temporaries);
+  be_.synchronize();
+  p.comm
+      ->all_gather(std::span<const float>(chunk.f32(), static_cast<std::size_t>(p.chunk)),
+                   std::span<float>(all.view(all_shape).f32(),
+                                    static_cast<std::size_t>(p.chunk * p.replicas)))
+      .wait();
+  be_.copy_box(all.view(all_shape), {.offset = {0}, .extent = {n}}, reshaped(dst, {{"flat", n}}),
+               {0}, CopyMode::assign);
+}
+
+// The full local tensor from the chunks of the replica group (ZeRO-3 gather).
+inline Buffer Executor::gather_chunks(Param& p, const Buffer& chunk) {
+  Buffer out = buffer(p.local, DType::fp32, MemoryCategory::temporaries);
+  all_gather_chunks(p, chunk.view({{"chunk", p.chunk}}), out.view(p.local));
+  return out;
+}
+
+inline std::shared_ptr<Buffer> Executor::parameter_local(Param& p) {
+  if (opt_.zero_stage == 3) return std::make_shared<Buffer>(gather_chunks(p, p.value));
+  return std::shared_ptr<Buffer>(&p.value, [](Buffer*) {});  // borrowed
+}
+
+inline std::vector<float> Executor::parameter(TensorId t) {
+  Param& p = param_of(t);
+  std::shared_ptr<Buffer> full = parameter_local(p);
+  return gather_to_host(p.global, full->view(p.local), p.spec);
+}
+
+inline std::vector<float> Executor::gradient(TensorId t) {
+  Param& p = param_of(t);
+  if (opt_.zero_stage >= 2) {
+    Buffer full = gather_chunks(p, p.grad);
+    return gather_to_host(p.global, full.view(p.local), p.spec);
+  }
+  return gather_to_host(p.global, p.grad.view(p.local), p.spec);
+}
+
+inline std::vector<TensorId> Executor::parameters() const {
+  std::vector<TensorId> out;
+  for (const Param& p : params_) out.push_back(p.id);
+  return out;
+}
+
+inline void Executor::begin_step() {
+  for (Param& p : params_) {
+    for (Use& u : p.uses) {
+      if (u.accumulator != nullptr) {
+        be_.fill(u.accumulator->view(local_of(p.id, without_partial(u.grad_spec))), 0.0f);
+      }
+      u.accumulated = false;
+    }
+  }
+}
+
+// A parameter's gradient from op k's input i (in the strategy's gradient spec), added where the
+// ZeRO stage keeps it: this rank's chunk (stage 2-3, reduced now), Param::grad (the direct
+// use) or the use's Partial accumulator (reduced by finish_gradients).
+inline void Executor::accumulate_parameter_gradient(std::size_t k, std::size_t i,
+                                                    std::shared_ptr<Buffer> grad) {
+  const TensorId t = g_.ops()[k].inputs[i];
+  const ShardingSpec& have = st_[k].gradients[i];
+  Param& p = param_of(t);
+  Use* use = nullptr;
+  for (Use& u : p.uses)
+    if (u.op == k && u.input == i) use = &u;
+  const TensorShape glocal = local_of(t, without_partial(have));
+  if (opt_.zero_stage >= 2) {  // reduce now, keep this rank's chunk
+    reduce_partial(*grad, have, p.global);
+    std::shared_ptr<Buffer> full = grad;
+    if (!(without_partial(have) == p.spec)) {
+      full = std::make_shared<Buffer>(move(p.global, grad->view(glocal), without_partial(have),
+                                           p.spec, MemoryCategory::temporaries));
+    }
+    const TensorShape chunk{{"chunk", p.chunk}};
+    Buffer mine = buffer(chunk, DType::fp32, MemoryCategory::temporaries);
+    copy_chunk(full->view(p.local), p, mine.view(chunk));
+    be_.add_scaled(mine.view(chunk), 1.0f, p.grad.view(chunk));
+    return;
+  }
+  if (use->direct) {
+    if (!use->accumulated) be_.fill(p.grad.view(p.local), 0.0f);
+    be_.add_scaled(grad->view(glocal), 1.0f, p.grad.view(p.local));
+    use->accumulator = std::shared_ptr<Buffer>(&p.grad, [](Buffer*) {});
+  } else {
+    if (use->accumulator == nullptr) use->accumulator = zeros(glocal, MemoryCategory::gradients);
+    be_.add_scaled(grad->view(glocal), 1.0f, use->accumulator->view(glocal));
+  }
+  use->accumulated = true;
+}
+
+inline void Executor::finish_gradients() {
+  if (opt_.zero_stage >= 2) return;  // reduced at each backward into the shards
+  for (Param& p : params_) {
+    bool first = true;
+    for (Use& u : p.uses) {
+      if (!u.accumulated) continue;
+      if (u.direct) {
+        reduce_partial(*u.accumulator, u.grad_spec, p.global);
+        first = false;
+      }
+    }
+    for (Use& u : p.uses) {
+      if (!u.accumulated || u.direct) continue;
+      reduce_partial(*u.accumulator, u.grad_spec, p.global);
+      Buffer moved = move(p.global, u.accumulator->view(local_shape(p.global, u.grad_spec, mesh_)),
+                          without_partial(u.grad_spec), p.spec, MemoryCategory::temporaries);
+      if (first) be_.fill(p.grad.view(p.local), 0.0f);
+      first = false;
+      be_.add_scaled(moved.view(p.local), 1.0f, p.grad.view(p.local));
+    }
+    if (first) be_.fill(p.grad.view(p.local), 0.0f);  // no gradient reached it
+  }
+}
+
+inline void Executor::optimizer_step() {
+  ++step_;
+  AdamWArgs args = opt_.adamw;
+  args.step = step_;
+  for (Param& p : params_) {
+    const std::int64_t n = p.local.numel();
+    const TensorShape flat{{"flat", n}};
+    if (opt_.zero_stage == 0) {
+      be_.adamw_update(p.value.view(flat), p.grad.view(flat), p.m.view(flat), p.v.view(flat), args);
+    } else {
+      const std::int64_t begin = std::min(n, p.group_rank * p.chunk);
+      const std::int64_t len = std::min(n, begin + p.chunk) - begin;
+      if (len > 0) {
+        const TensorShape piece{{"flat", len}};
+        TensorView value =
+            opt_.zero_stage == 3 ? p.value.view(piece) : offset_view(p.value, begin, piece);
+        ConstTensorView grad = opt_.zero_stage >= 2
+                                   ? ConstTensorView(p.grad.view(piece))
+                                   : ConstTensorView(offset_view(p.grad, begin, piece));
+        be_.adamw_update(value, grad, p.m.view(piece), p.v.view(piece), args);
+      }
+      if (opt_.zero_stage < 3 && p.replicas > 1) {
+        // All-gather the updated parameter over the replica group.
+        Buffer send = buffer({{"chunk", p.chunk}}, DType::fp32, MemoryCategory::temporaries);
+        be_.fill(send.view({{"chunk", p.chunk}}), 0.0f);
+        if (len > 0) {
+          be_.copy_box(offset_view(p.value, begin, {{"flat", len}}),
+                       {.offset = {0}, .extent = {len}}, send.view({{"chunk", p.chunk}}), {0},
+                       CopyMode::assign);
+        }
+        all_gather_chunks(p, send.view({{"chunk", p.chunk}}), p.value.view(flat));
+      }
+    }
+    be_.fill(p.grad.view(opt_.zero_stage >= 2 ? TensorShape{{"chunk", p.chunk}} : flat), 0.0f);
+  }
+  be_.synchronize();
+}
+
+}  // namespace carto

@@ -1,0 +1,175 @@
+// carto/runtime/executor/storage.hpp — where each tensor lives and how it moves: the stored specs,
+// reshards, collectives on local tensors, gathering to the host, and lazy views.
+//
+// Design note (DESIGN.md §7; executor.hpp lists the rules). layout() stores a tensor in its
+// producer's output spec and a parameter (or graph input) in its first consumer's input spec,
+// and counts each tensor's forward consumers. A view op whose input is an activation read as
+// stored is lazy: its output aliases the base's storage (act_ holds the base's buffer) and
+// materialize() copies the chain of views out into a temporary only while an op needs the value,
+// so a saved view costs its base once. view_copy runs one view forward (y = view(x)) or inverse
+// (dx (+)= view⁻¹(dy)) as one strided copy; local shards keep whole heads because the fused QKV dim
+// is ordered per head. move() reshards through runtime/reshard_exec.hpp, the Dijkstra plan the
+// cost model charged; it synchronizes the backend first, as do the collectives here
+// (reduce_partial, all_reduce: in place, fp32), because communicators read the local memory
+// directly.
+#pragma once
+
+#include "carto/runtime/executor/executor_class.hpp"
+
+namespace carto {
+
+inline void Executor::validate() {
+  CARTO_CHECK(st_.size() == g_.num_ops(), "an Executor needs one strategy per op: got ", st_.size(),
+              " for ", g_.num_ops(), " ops");
+  for (std::size_t k = 0; k < st_.size(); ++k) {
+    CARTO_CHECK(st_[k].op.value == static_cast<std::int32_t>(k), "strategy ", k, " is for op ",
+                st_[k].op.value, "; op k's goes at index k");
+  }
+  CARTO_CHECK(opt_.zero_stage >= 0 && opt_.zero_stage <= 3, "ZeRO stage ", opt_.zero_stage,
+              " is not 0, 1, 2 or 3");
+  CARTO_CHECK(comms_.mesh() == mesh_, "the plan's mesh ", mesh_,
+              " differs from the communicators' mesh ", comms_.mesh());
+  for (const Op& op : g_.ops()) {
+    if ((op.kind == OpKind::softmax || op.kind == OpKind::layernorm) &&
+        op.dim + 1 != g_.tensor(op.inputs[0]).shape.rank()) {
+      detail::fail("carto: the executor runs ", to_string_view(op.kind),
+                   " over the last dim only; this one reduces dim ", op.dim);
+    }
+  }
+}
+
+inline void Executor::layout() {
+  const std::size_t n = g_.tensors().size();
+  stored_.assign(n, ShardingSpec{});
+  consumers_.assign(n, 0);
+  lazy_.assign(n, false);
+  act_.assign(n, nullptr);
+  grad_.assign(n, nullptr);
+  remaining_.assign(n, 0);
+  saved_.clear();
+  saved_.resize(g_.num_ops());
+  std::vector<bool> has(n, false);
+  for (std::size_t k = 0; k < g_.num_ops(); ++k) {
+    const Op& op = g_.ops()[k];
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      const std::size_t t = op.inputs[i].index();
+      ++consumers_[t];
+      if (!has[t]) {
+        stored_[t] = st_[k].sharding.inputs[i];
+        has[t] = true;
+      }
+    }
+    stored_[op.output.index()] = st_[k].sharding.output;
+    has[op.output.index()] = true;
+    // A view of its input as stored is lazy (aliases the base storage).
+    const TensorInfo& in = g_.tensor(op.inputs[0]);
+    lazy_[op.output.index()] = op.kind == OpKind::view && in.kind == TensorKind::activation &&
+                               in.producer.valid() &&
+                               stored_[op.inputs[0].index()] == st_[k].sharding.inputs[0];
+  }
+}
+
+inline Buffer Executor::move(const TensorShape& global, ConstTensorView local,
+                             const ShardingSpec& from, const ShardingSpec& to,
+                             MemoryCategory category) {
+  be_.synchronize();
+  return reshard_tensor(be_, comms_, cache_, hw_, global, local, from, to, category);
+}
+
+// All-reduce a Partial local tensor over its Partial axes, in place.
+inline void Executor::reduce_partial(Buffer& b, const ShardingSpec& spec,
+                                     const TensorShape& global) {
+  if (!spec.is_partial()) return;
+  const TensorShape local = local_shape(global, without_partial(spec), mesh_);
+  be_.synchronize();
+  comms_.axes(spec.partial())
+      .all_reduce(std::span<float>(b.view(local).f32(), static_cast<std::size_t>(local.numel())),
+                  ReduceOp::sum)
+      .wait();
+}
+
+inline void Executor::all_reduce(TensorView v, const AxisList& axes, ReduceOp op) {
+  if (axes.empty() || split_factor(axes, mesh_) == 1) return;
+  be_.synchronize();
+  comms_.axes(axes)
+      .all_reduce(std::span<float>(v.f32(), static_cast<std::size_t>(v.numel())), op)
+      .wait();
+}
+
+inline std::vector<float> Executor::gather_to_host(const TensorShape& global, ConstTensorView local,
+                                                   const ShardingSpec& spec) {
+  const ShardingSpec whole = ShardingSpec::replicated(global.rank());
+  std::vector<float> out(static_cast<std::size_t>(global.numel()));
+  if (spec == whole) {
+    be_.synchronize();
+    be_.copy_to_host(local, out.data());
+    return out;
+  }
+  Buffer b = move(global, local, spec, whole, MemoryCategory::temporaries);
+  be_.synchronize();
+  be_.copy_to_host(b.view(global), out.data());
+  return out;
+}
+
+// The local tensor `t` in its stored spec, given the storage `base` of its (lazy view) chain.
+inline std::shared_ptr<Buffer> Executor::materialize(TensorId t,
+                                                     const std::shared_ptr<Buffer>& base) {
+  if (!lazy_[t.index()]) return base;
+  const Op& op = g_.op(g_.tensor(t).producer);
+  std::shared_ptr<Buffer> in = materialize(op.inputs[0], base);
+  const TensorShape in_local = local_of(op.inputs[0], stored_[op.inputs[0].index()]);
+  const TensorShape out_local = local_of(t, stored_[t.index()]);
+  auto out = allocate(out_local, MemoryCategory::temporaries);
+  view_copy(op, in->view(in_local), out->view(out_local), CopyMode::assign, false);
+  return out;
+}
+
+// y = view(x) (forward), or dx (+)= view⁻¹(dy) (inverse).
+inline void Executor::view_copy(const Op& op, ConstTensorView x, TensorView y, CopyMode mode,
+                                bool inverse) {
+  // x is the view's input shape when !inverse; when inverse, x is the view's output (dy) and y
+  // the input's gradient.
+  const TensorShape& out = inverse ? x.shape() : y.shape;
+  const TensorShape& in = inverse ? y.shape : x.shape();
+  const Index extents = exec_detail::extents_of(out);
+  const StridedBox contiguous =
+      box_of(out, {.offset = exec_detail::filled(out.rank(), 0), .extent = extents});
+  StridedBox in_box;
+  switch (op.view) {
+    case ViewKind::split_heads: {
+      // Local shards keep whole heads (the fused dim is ordered per head), so the box of the
+      // local fused tensor is the local split.
+      const std::int64_t heads = out.dims()[1].extent, d = out.dims()[3].extent;
+      in_box = heads_box(in, in.dims()[2].extent / (heads * d), static_cast<std::int64_t>(op.dim),
+                         heads);
+      break;
+    }
+    case ViewKind::merge_heads: {
+      // out (B, S, a·d) seen as (B, a, S, d) is heads_box(out, 1, 0, a); walk in's index space.
+      const Index in_ext = exec_detail::extents_of(in);
+      const StridedBox out_box = heads_box(out, 1, 0, in.dims()[1].extent);
+      const StridedBox in_contig =
+          box_of(in, {.offset = exec_detail::filled(4, 0), .extent = in_ext});
+      if (!inverse) {
+        be_.copy_strided(x, in_contig, y, out_box, in_ext, mode);
+      } else {
+        be_.copy_strided(x, out_box, y, in_contig, in_ext, mode);
+      }
+      return;
+    }
+    case ViewKind::transpose: {
+      // out = in with the last two dims swapped: walk out's index space, read in transposed.
+      in_box = box_of(
+          in, {.offset = exec_detail::filled(in.rank(), 0), .extent = exec_detail::extents_of(in)});
+      std::swap(in_box.strides[in.rank() - 1], in_box.strides[in.rank() - 2]);
+      break;
+    }
+  }
+  if (!inverse) {
+    be_.copy_strided(x, in_box, y, contiguous, extents, mode);
+  } else {
+    be_.copy_strided(x, contiguous, y, in_box, extents, mode);
+  }
+}
+
+}  // namespace carto

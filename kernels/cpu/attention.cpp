@@ -14,6 +14,11 @@
 // q, out and dq may hold fewer query rows than k, v hold keys: a shard of the query sequence
 // against all-gathered K and V (OpVariant::gathered_kv), placed by args.placement in the global
 // (B, a, S, S) probabilities, which gives the causal mask and the dropout indices.
+//
+// bf16 q, k, v, out, dout and gradients are staged one (batch, head) at a time (elements.hpp):
+// that head's rows widened into fp32 slots, the GEMMs and row loops above on the slots (so the
+// products accumulate in fp32 and the probabilities stay fp32), the outputs rounded once per head.
+// logsumexp is fp32.
 #include <cblas.h>
 
 #include <algorithm>
@@ -24,6 +29,7 @@
 
 #include "cpu_backend.hpp"
 #include "dropout_mask.hpp"
+#include "elements.hpp"
 #include "kernel_checks.hpp"
 #include "vector_math.hpp"
 
@@ -195,21 +201,23 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
   const GlobalIndexer where(args.placement, g.probs);
   const AttentionWorkspace work(*this, g, args, 1);
   float* s = work.scores(0);
-  const float* pq = q.f32();
-  const float* pk = k.f32();
-  const float* pv = v.f32();
-  float* po = out.f32();
-  float* plse = logsumexp.f32();
-  const std::int64_t d = g.dim;
+  float* plse = detail::fp32_of("attention_forward", "logsumexp", logsumexp);
+  const std::int64_t d = g.dim, qn = g.queries * d, kn = g.keys * d;  // one head's elements
+  const detail::Staging st(
+      *this, "attention_forward",
+      {{"q", q.dtype(), qn}, {"k", k.dtype(), kn}, {"v", v.dtype(), kn}, {"out", out.dtype, qn}});
   for (std::int64_t b = 0; b < g.batch; ++b) {
     for (std::int64_t h = 0; h < g.heads; ++h) {
-      const std::int64_t head = (b * g.heads + h) * g.queries;  // first query row of this (b, h)
-      const float* kh = pk + (b * g.heads + h) * g.keys * d;
-      const float* vh = pv + (b * g.heads + h) * g.keys * d;
+      const std::int64_t bh = b * g.heads + h;
+      const std::int64_t head = bh * g.queries;  // first query row of this (b, h)
+      const float* qh = st.read(0, q, bh * qn, qn);
+      const float* kh = st.read(1, k, bh * kn, kn);
+      const float* vh = st.read(2, v, bh * kn, kn);
+      float* oh = st.write(3, out, bh * qn, qn, detail::Load::no);
       for (std::int64_t first = 0; first < g.queries; first += kQueryBlock) {
         const QueryBlock blk = query_block(where, args, g, first);
         CARTO_CHECK(blk.keys > 0, "attention_forward: query row ", first, " sees no key");
-        const float* qb = pq + (head + first) * d;
+        const float* qb = qh + first * d;
         sgemm(false, true, blk.rows, blk.keys, d, args.scale, qb, d, kh, d, 0.0f, s, blk.keys);
         for (std::int64_t r = 0; r < blk.rows; ++r) {
           const RowView row = row_view(where, args, g.keys, b, h, first + r);
@@ -219,9 +227,10 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
           plse[head + first + r] =
               probabilities_row(s + r * blk.keys, row.visible, blk.keys, factor);
         }
-        sgemm(false, false, blk.rows, d, blk.keys, 1.0f, s, blk.keys, vh, d, 0.0f,
-              po + (head + first) * d, d);
+        sgemm(false, false, blk.rows, d, blk.keys, 1.0f, s, blk.keys, vh, d, 0.0f, oh + first * d,
+              d);
       }
+      st.commit(3, out, bh * qn, qn);
     }
   }
 }
@@ -246,23 +255,34 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
   const AttentionWorkspace work(*this, g, args, 2);
   float* p = work.scores(0);
   float* dp = work.scores(1);
-  const float* pq = q.f32();
-  const float* po = out.f32();
-  const float* plse = logsumexp.f32();
-  const float* pdo = dout.f32();
-  float* pdq = dq.f32();
-  const std::int64_t d = g.dim;
+  const float* plse = detail::fp32_of("attention_backward", "logsumexp", logsumexp);
+  const std::int64_t d = g.dim, qn = g.queries * d, kn = g.keys * d;  // one head's elements
+  const detail::Staging st(*this, "attention_backward",
+                           {{"q", q.dtype(), qn},
+                            {"k", k.dtype(), kn},
+                            {"v", v.dtype(), kn},
+                            {"out", out.dtype(), qn},
+                            {"dout", dout.dtype(), qn},
+                            {"dq", dq.dtype, qn},
+                            {"dk", dk.dtype, kn},
+                            {"dv", dv.dtype, kn}});
   const float scale = args.scale;
   for (std::int64_t b = 0; b < g.batch; ++b) {
     for (std::int64_t h = 0; h < g.heads; ++h) {
-      const std::int64_t head = (b * g.heads + h) * g.queries;
-      const std::int64_t kv = (b * g.heads + h) * g.keys * d;  // this (b, h) in k, v, dk, dv
-      const float* kh = k.f32() + kv;
-      const float* vh = v.f32() + kv;
+      const std::int64_t bh = b * g.heads + h;
+      const std::int64_t head = bh * g.queries;
+      const float* pq = st.read(0, q, bh * qn, qn);
+      const float* kh = st.read(1, k, bh * kn, kn);
+      const float* vh = st.read(2, v, bh * kn, kn);
+      const float* po = st.read(3, out, bh * qn, qn);
+      const float* pdo = st.read(4, dout, bh * qn, qn);
+      float* pdq = st.write(5, dq, bh * qn, qn, detail::Load::yes);
+      float* pdk = st.write(6, dk, bh * kn, kn, detail::Load::yes);
+      float* pdv = st.write(7, dv, bh * kn, kn, detail::Load::yes);
       for (std::int64_t first = 0; first < g.queries; first += kQueryBlock) {
         const QueryBlock blk = query_block(where, args, g, first);
         if (blk.keys == 0) continue;
-        const std::int64_t at = (head + first) * d;  // the block's first row of q, dq, out, dout
+        const std::int64_t at = first * d;  // the block's first row of q, dq, out, dout
         sgemm(false, true, blk.rows, blk.keys, d, scale, pq + at, d, kh, d, 0.0f, p, blk.keys);
         sgemm(false, true, blk.rows, blk.keys, d, 1.0f, pdo + at, d, vh, d, 0.0f, dp, blk.keys);
         for (std::int64_t r = 0; r < blk.rows; ++r) {
@@ -271,12 +291,13 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
           gradient_row(p + r * blk.keys, dp + r * blk.keys, row.visible, blk.keys,
                        plse[head + first + r], pdo + at + r * d, po + at + r * d, d, scale, factor);
         }
-        sgemm(true, false, blk.keys, d, blk.rows, 1.0f, p, blk.keys, pdo + at, d, 1.0f,
-              dv.f32() + kv, d);
+        sgemm(true, false, blk.keys, d, blk.rows, 1.0f, p, blk.keys, pdo + at, d, 1.0f, pdv, d);
         sgemm(false, false, blk.rows, d, blk.keys, 1.0f, dp, blk.keys, kh, d, 1.0f, pdq + at, d);
-        sgemm(true, false, blk.keys, d, blk.rows, 1.0f, dp, blk.keys, pq + at, d, 1.0f,
-              dk.f32() + kv, d);
+        sgemm(true, false, blk.keys, d, blk.rows, 1.0f, dp, blk.keys, pq + at, d, 1.0f, pdk, d);
       }
+      st.commit(5, dq, bh * qn, qn);
+      st.commit(6, dk, bh * kn, kn);
+      st.commit(7, dv, bh * kn, kn);
     }
   }
 }

@@ -4,20 +4,26 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <type_traits>
 
+#include "elements.hpp"
 #include "kernel_checks.hpp"
 #include "vector_math.hpp"
 
 namespace carto::cpu {
 
 using detail::extents_of;
+using detail::kStageBlock;
+using detail::Load;
 using detail::require_numel;
 using detail::require_same_shape;
+using detail::Staging;
 
 // ---- memory and queue
 // ----------------------------------------------------------------------------
@@ -46,6 +52,29 @@ CpuBackend::CpuBackend() {
 
 int blas_threads() { return openblas_get_num_threads(); }
 
+namespace detail {
+
+CARTO_VECTOR_CLONES void widen(const Bf16* src, float* dst, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) {
+    dst[i] = std::bit_cast<float>(static_cast<std::uint32_t>(src[i].bits) << 16);
+  }
+}
+
+// to_bf16 with its NaN branch as a select: (u & 0x7FFFFFFF) > 0x7F800000 is "exponent all ones
+// and a nonzero fraction".
+CARTO_VECTOR_CLONES void narrow(const float* src, Bf16* dst, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto u = std::bit_cast<std::uint32_t>(src[i]);
+    const std::uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const std::uint32_t quiet = (u >> 16) | 0x0040u;
+    dst[i].bits = static_cast<std::uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet : rounded);
+  }
+}
+
+}  // namespace detail
+
 void CpuBackend::copy_from_host(const void* host, TensorView dst) {
   std::memcpy(dst.data, host, static_cast<std::size_t>(dst.bytes()));
 }
@@ -58,12 +87,27 @@ void CpuBackend::copy_to_host(ConstTensorView src, void* host) {
 // ----------------------------------------------------------------------------
 
 void CpuBackend::fill(TensorView x, float value) {
+  detail::require_storable("fill", "x", x.dtype);
+  if (x.dtype == DType::bf16) {
+    auto* p = static_cast<Bf16*>(x.data);
+    std::fill(p, p + x.numel(), to_bf16(value));
+    return;
+  }
   float* p = x.f32();
   std::fill(p, p + x.numel(), value);
 }
 
+// bf16: each fp32 draw rounded once, so a bf16 shard holds round_to_bf16 of the fp32 values.
 void CpuBackend::fill_normal(TensorView x, float stddev, RngStream rng,
                              const ShardPlacement& placement) {
+  detail::require_storable("fill_normal", "x", x.dtype);
+  if (x.dtype == DType::bf16) {
+    auto* p = static_cast<Bf16*>(x.data);
+    for_each_global_index(placement, extents_of(x.shape), [&](std::int64_t l, std::int64_t g) {
+      p[l] = to_bf16(rng::init_normal(rng, g, stddev));
+    });
+    return;
+  }
   float* p = x.f32();
   for_each_global_index(placement, extents_of(x.shape), [&](std::int64_t l, std::int64_t g) {
     p[l] = rng::init_normal(rng, g, stddev);
@@ -85,20 +129,50 @@ std::int64_t last_offset(const StridedBox& box, const Index& extents, std::strin
 }
 }  // namespace
 
-void CpuBackend::copy_strided(ConstTensorView src, const StridedBox& from, TensorView dst,
-                              const StridedBox& to, const Index& extents, CopyMode mode) {
-  const std::int64_t src_last = last_offset(from, extents, "source");
-  const std::int64_t dst_last = last_offset(to, extents, "destination");
-  if (src_last < 0) return;  // an empty box
-  CARTO_CHECK(from.offset >= 0 && src_last < src.numel(), "copy_strided: the source box reaches ",
-              "element ", src_last, " of a tensor ", src.shape());
-  CARTO_CHECK(to.offset >= 0 && dst_last < dst.numel(), "copy_strided: the destination box ",
-              "reaches element ", dst_last, " of a tensor ", dst.shape);
-  const float* s = src.f32();
-  float* t = dst.f32();
+namespace {
+
+CARTO_VECTOR_INLINE float load_element(const float* p, std::int64_t i) { return p[i]; }
+CARTO_VECTOR_INLINE float load_element(const Bf16* p, std::int64_t i) { return to_float(p[i]); }
+CARTO_VECTOR_INLINE void store_element(float* p, std::int64_t i, float v) { p[i] = v; }
+CARTO_VECTOR_INLINE void store_element(Bf16* p, std::int64_t i, float v) { p[i] = to_bf16(v); }
+
+// One row of a strided copy: n elements, source stride si, destination stride ti. A copy between
+// equal dtypes moves the bits (a bf16 copy is exact, NaN payloads included); a converting one
+// loads to fp32 and stores in the destination's dtype; accumulate adds in fp32 and rounds once.
+template <class S, class D>
+void copy_row(const S* s, std::int64_t si, D* t, std::int64_t ti, std::int64_t n, CopyMode mode) {
+  constexpr bool same = std::is_same_v<S, D>;
+  if (mode == CopyMode::assign) {
+    if constexpr (same) {
+      if (si == 1 && ti == 1) {
+        std::memcpy(t, s, static_cast<std::size_t>(n) * sizeof(S));
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) t[j * ti] = s[j * si];
+      }
+    } else if (si == 1 && ti == 1) {
+#pragma omp simd
+      for (std::int64_t j = 0; j < n; ++j) store_element(t, j, load_element(s, j));
+    } else {
+      for (std::int64_t j = 0; j < n; ++j) store_element(t, j * ti, load_element(s, j * si));
+    }
+  } else if (si == 1 && ti == 1) {
+#pragma omp simd
+    for (std::int64_t j = 0; j < n; ++j) {
+      store_element(t, j, load_element(t, j) + load_element(s, j));
+    }
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) {
+      store_element(t, j * ti, load_element(t, j * ti) + load_element(s, j * si));
+    }
+  }
+}
+
+template <class S, class D>
+void copy_box_typed(const S* s, const StridedBox& from, D* t, const StridedBox& to,
+                    const Index& extents, CopyMode mode) {
   const std::size_t rank = extents.size();
   if (rank == 0) {
-    t[to.offset] = mode == CopyMode::assign ? s[from.offset] : t[to.offset] + s[from.offset];
+    copy_row(s + from.offset, 1, t + to.offset, 1, 1, mode);
     return;
   }
   const std::int64_t inner = extents[rank - 1];
@@ -111,26 +185,42 @@ void CpuBackend::copy_strided(ConstTensorView src, const StridedBox& from, Tenso
       so += coord[d] * from.strides[d];
       to_ += coord[d] * to.strides[d];
     }
-    if (mode == CopyMode::assign) {
-      if (si == 1 && ti == 1) {
-        std::memcpy(t + to_, s + so, static_cast<std::size_t>(inner) * sizeof(float));
-      } else {
-        for (std::int64_t j = 0; j < inner; ++j) t[to_ + j * ti] = s[so + j * si];
-      }
-    } else if (si == 1 && ti == 1) {
-      float* dst_row = t + to_;
-      const float* src_row = s + so;
-#pragma omp simd
-      for (std::int64_t j = 0; j < inner; ++j) dst_row[j] += src_row[j];
-    } else {
-      for (std::int64_t j = 0; j < inner; ++j) t[to_ + j * ti] += s[so + j * si];
-    }
+    copy_row(s + so, si, t + to_, ti, inner, mode);
     std::size_t d = rank - 1;
     while (d-- > 0) {  // odometer over the outer dims
       if (++coord[d] < extents[d]) break;
       coord[d] = 0;
     }
     if (d == static_cast<std::size_t>(-1)) return;
+  }
+}
+
+}  // namespace
+
+void CpuBackend::copy_strided(ConstTensorView src, const StridedBox& from, TensorView dst,
+                              const StridedBox& to, const Index& extents, CopyMode mode) {
+  detail::require_storable("copy_strided", "the source", src.dtype());
+  detail::require_storable("copy_strided", "the destination", dst.dtype);
+  const std::int64_t src_last = last_offset(from, extents, "source");
+  const std::int64_t dst_last = last_offset(to, extents, "destination");
+  if (src_last < 0) return;  // an empty box
+  CARTO_CHECK(from.offset >= 0 && src_last < src.numel(), "copy_strided: the source box reaches ",
+              "element ", src_last, " of a tensor ", src.shape());
+  CARTO_CHECK(to.offset >= 0 && dst_last < dst.numel(), "copy_strided: the destination box ",
+              "reaches element ", dst_last, " of a tensor ", dst.shape);
+  const bool src_bf16 = src.dtype() == DType::bf16, dst_bf16 = dst.dtype == DType::bf16;
+  const auto* s32 = static_cast<const float*>(src.data());
+  const auto* s16 = static_cast<const Bf16*>(src.data());
+  auto* t32 = static_cast<float*>(dst.data);
+  auto* t16 = static_cast<Bf16*>(dst.data);
+  if (!src_bf16 && !dst_bf16) {
+    copy_box_typed(s32, from, t32, to, extents, mode);
+  } else if (!src_bf16) {
+    copy_box_typed(s32, from, t16, to, extents, mode);
+  } else if (!dst_bf16) {
+    copy_box_typed(s16, from, t32, to, extents, mode);
+  } else {
+    copy_box_typed(s16, from, t16, to, extents, mode);
   }
 }
 
@@ -165,23 +255,30 @@ void CpuBackend::gemm(ConstTensorView a, ConstTensorView b, TensorView c, const 
   CARTO_CHECK((ad.batch == cd.batch || ad.batch == 1) && (bd.batch == cd.batch || bd.batch == 1),
               "gemm: batches of a (", ad.batch, ") and b (", bd.batch, ") must equal c's (",
               cd.batch, ") or be 1");
-  const float* pa = a.f32();
-  const float* pb = b.f32();
-  float* pc = c.f32();
+  // bf16 in, fp32 accumulate: bf16 operands are widened (exactly) into fp32 scratch and the
+  // product is OpenBLAS's sgemm, accumulating in fp32; a bf16 c is computed in fp32 scratch
+  // (holding c's values when beta != 0) and rounded once.
+  const Staging st(
+      *this, "gemm",
+      {{"a", a.dtype(), a.numel()}, {"b", b.dtype(), b.numel()}, {"c", c.dtype, c.numel()}});
+  const float* pa = st.read(0, a, 0, a.numel());
+  const float* pb = st.read(1, b, 0, b.numel());
+  float* pc = st.write(2, c, 0, c.numel(), args.beta != 0.0f ? Load::yes : Load::no);
   const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   const int lda = blas_int(ad.cols), ldb = blas_int(bd.cols), ldc = blas_int(n);
   if (cd.batch > 1 && ad.batch == cd.batch && bd.batch == 1 && !ta) {
     // (batch·m, k) rows of a are contiguous, as are c's: one GEMM for the whole batch.
     cblas_sgemm(CblasRowMajor, opa, opb, blas_int(cd.batch * m), blas_int(n), blas_int(k),
                 args.alpha, pa, lda, pb, ldb, args.beta, pc, ldc);
-    return;
+  } else {
+    const std::int64_t a_step = ad.batch == 1 ? 0 : ad.rows * ad.cols;
+    const std::int64_t b_step = bd.batch == 1 ? 0 : bd.rows * bd.cols;
+    for (std::int64_t i = 0; i < cd.batch; ++i) {
+      cblas_sgemm(CblasRowMajor, opa, opb, blas_int(m), blas_int(n), blas_int(k), args.alpha,
+                  pa + i * a_step, lda, pb + i * b_step, ldb, args.beta, pc + i * m * n, ldc);
+    }
   }
-  const std::int64_t a_step = ad.batch == 1 ? 0 : ad.rows * ad.cols;
-  const std::int64_t b_step = bd.batch == 1 ? 0 : bd.rows * bd.cols;
-  for (std::int64_t i = 0; i < cd.batch; ++i) {
-    cblas_sgemm(CblasRowMajor, opa, opb, blas_int(m), blas_int(n), blas_int(k), args.alpha,
-                pa + i * a_step, lda, pb + i * b_step, ldb, args.beta, pc + i * m * n, ldc);
-  }
+  st.commit(2, c, 0, c.numel());
 }
 
 // ---- elementwise
@@ -227,42 +324,67 @@ CARTO_VECTOR_CLONES void gelu_backward_loop(const float* px, const float* pdy, f
 
 void CpuBackend::gelu_forward(ConstTensorView x, TensorView y) {
   require_numel("gelu_forward", "y", y.numel(), x.numel());
-  gelu_forward_loop(x.f32(), y.f32(), x.numel());
+  const Staging st(*this, "gelu_forward",
+                   {{"x", x.dtype(), kStageBlock}, {"y", y.dtype, kStageBlock}});
+  st.for_blocks(x.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+    gelu_forward_loop(st.read(0, x, at, n), st.write(1, y, at, n, Load::no), n);
+    st.commit(1, y, at, n);
+  });
 }
 
 void CpuBackend::gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) {
   require_numel("gelu_backward", "dy", dy.numel(), x.numel());
   require_numel("gelu_backward", "dx", dx.numel(), x.numel());
-  gelu_backward_loop(x.f32(), dy.f32(), dx.f32(), x.numel());
+  const Staging st(*this, "gelu_backward",
+                   {{"x", x.dtype(), kStageBlock},
+                    {"dy", dy.dtype(), kStageBlock},
+                    {"dx", dx.dtype, kStageBlock}});
+  st.for_blocks(x.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+    gelu_backward_loop(st.read(0, x, at, n), st.read(1, dy, at, n),
+                       st.write(2, dx, at, n, Load::yes), n);
+    st.commit(2, dx, at, n);
+  });
 }
 
 void CpuBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
   require_numel("add", "b", b.numel(), a.numel());
   require_numel("add", "y", y.numel(), a.numel());
-  const float* pa = a.f32();
-  const float* pb = b.f32();
-  float* py = y.f32();
-  const std::int64_t n = a.numel();
+  const Staging st(
+      *this, "add",
+      {{"a", a.dtype(), kStageBlock}, {"b", b.dtype(), kStageBlock}, {"y", y.dtype, kStageBlock}});
+  st.for_blocks(a.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+    const float* pa = st.read(0, a, at, n);
+    const float* pb = st.read(1, b, at, n);
+    float* py = st.write(2, y, at, n, Load::no);
 #pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] + pb[i];
+    for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] + pb[i];
+    st.commit(2, y, at, n);
+  });
 }
 
 void CpuBackend::scale(ConstTensorView x, float factor, TensorView y) {
   require_numel("scale", "y", y.numel(), x.numel());
-  const float* px = x.f32();
-  float* py = y.f32();
-  const std::int64_t n = x.numel();
+  const Staging st(*this, "scale", {{"x", x.dtype(), kStageBlock}, {"y", y.dtype, kStageBlock}});
+  st.for_blocks(x.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+    const float* px = st.read(0, x, at, n);
+    float* py = st.write(1, y, at, n, Load::no);
 #pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) py[i] = factor * px[i];
+    for (std::int64_t i = 0; i < n; ++i) py[i] = factor * px[i];
+    st.commit(1, y, at, n);
+  });
 }
 
 void CpuBackend::add_scaled(ConstTensorView x, float factor, TensorView y) {
   require_numel("add_scaled", "y", y.numel(), x.numel());
-  const float* px = x.f32();
-  float* py = y.f32();
-  const std::int64_t n = x.numel();
+  const Staging st(*this, "add_scaled",
+                   {{"x", x.dtype(), kStageBlock}, {"y", y.dtype, kStageBlock}});
+  st.for_blocks(x.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+    const float* px = st.read(0, x, at, n);
+    float* py = st.write(1, y, at, n, Load::yes);
 #pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) py[i] += factor * px[i];
+    for (std::int64_t i = 0; i < n; ++i) py[i] += factor * px[i];
+    st.commit(1, y, at, n);
+  });
 }
 
 namespace {
@@ -280,26 +402,38 @@ std::int64_t bias_width(std::string_view call, const TensorShape& x, const Tenso
 void CpuBackend::bias_forward(ConstTensorView x, ConstTensorView b, TensorView y) {
   const std::int64_t w = bias_width("bias_forward", x.shape(), b.shape());
   require_numel("bias_forward", "y", y.numel(), x.numel());
-  const float* px = x.f32();
-  const float* pb = b.f32();
-  float* py = y.f32();
-  for (std::int64_t r = 0; r < x.numel() / w; ++r) {
-    const float* xr = px + r * w;
-    float* yr = py + r * w;
+  const std::int64_t rows = x.numel() / w, step = detail::rows_per_block(w);
+  const Staging st(*this, "bias_forward",
+                   {{"b", b.dtype(), w}, {"x", x.dtype(), step * w}, {"y", y.dtype, step * w}});
+  const float* pb = st.read(0, b, 0, w);
+  st.for_blocks(rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    const float* px = st.read(1, x, r0 * w, nr * w);
+    float* py = st.write(2, y, r0 * w, nr * w, Load::no);
+    for (std::int64_t r = 0; r < nr; ++r) {
+      const float* xr = px + r * w;
+      float* yr = py + r * w;
 #pragma omp simd
-    for (std::int64_t j = 0; j < w; ++j) yr[j] = xr[j] + pb[j];
-  }
+      for (std::int64_t j = 0; j < w; ++j) yr[j] = xr[j] + pb[j];
+    }
+    st.commit(2, y, r0 * w, nr * w);
+  });
 }
 
+// db's fp32 values stay in one slot over all rows and are rounded once at the end.
 void CpuBackend::bias_backward(ConstTensorView dy, TensorView db) {
   const std::int64_t w = bias_width("bias_backward", dy.shape(), db.shape);
-  const float* pdy = dy.f32();
-  float* pdb = db.f32();
-  for (std::int64_t r = 0; r < dy.numel() / w; ++r) {
-    const float* dyr = pdy + r * w;
+  const std::int64_t rows = dy.numel() / w, step = detail::rows_per_block(w);
+  const Staging st(*this, "bias_backward", {{"db", db.dtype, w}, {"dy", dy.dtype(), step * w}});
+  float* pdb = st.write(0, db, 0, w, Load::yes);
+  st.for_blocks(rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    const float* pdy = st.read(1, dy, r0 * w, nr * w);
+    for (std::int64_t r = 0; r < nr; ++r) {
+      const float* dyr = pdy + r * w;
 #pragma omp simd
-    for (std::int64_t j = 0; j < w; ++j) pdb[j] += dyr[j];
-  }
+      for (std::int64_t j = 0; j < w; ++j) pdb[j] += dyr[j];
+    }
+  });
+  st.commit(0, db, 0, w);
 }
 
 // ---- AdamW
@@ -311,24 +445,29 @@ void CpuBackend::adamw_update(TensorView param, ConstTensorView grad, TensorView
   require_same_shape("adamw_update", param.shape, m.shape);
   require_same_shape("adamw_update", param.shape, v.shape);
   CARTO_CHECK(args.step >= 1, "adamw_update: the step t counts from 1; got ", args.step);
+  float* p = detail::fp32_of("adamw_update", "param", param);
+  float* pm = detail::fp32_of("adamw_update", "m", m);
+  float* pv = detail::fp32_of("adamw_update", "v", v);
   const double t = static_cast<double>(args.step);
   const auto correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta1), t));
   const auto correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta2), t));
-  float* p = param.f32();
-  const float* g = grad.f32();
-  float* pm = m.f32();
-  float* pv = v.f32();
   const float b1 = args.beta1, b2 = args.beta2, lr = args.learning_rate, eps = args.epsilon,
               wd = args.weight_decay;
-  const std::int64_t n = param.numel();
+  const Staging st(*this, "adamw_update", {{"grad", grad.dtype(), kStageBlock}});
+  st.for_blocks(param.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+    const float* g = st.read(0, grad, at, n);
+    float* pa = p + at;
+    float* ma = pm + at;
+    float* va = pv + at;
 #pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) {
-    pm[i] = b1 * pm[i] + (1.0f - b1) * g[i];
-    pv[i] = b2 * pv[i] + (1.0f - b2) * g[i] * g[i];
-    const float m_hat = pm[i] / correction1;
-    const float v_hat = pv[i] / correction2;
-    p[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * p[i]);
-  }
+    for (std::int64_t i = 0; i < n; ++i) {
+      ma[i] = b1 * ma[i] + (1.0f - b1) * g[i];
+      va[i] = b2 * va[i] + (1.0f - b2) * g[i] * g[i];
+      const float m_hat = ma[i] / correction1;
+      const float v_hat = va[i] / correction2;
+      pa[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * pa[i]);
+    }
+  });
 }
 
 }  // namespace carto::cpu

@@ -1,4 +1,5 @@
-// cpu/cpu_backend.hpp — the CPU backend: OpenBLAS sgemm and fp32 C++ kernels (carto::cpu).
+// cpu/cpu_backend.hpp — the CPU backend: OpenBLAS sgemm and C++ kernels on fp32 and bf16
+// storage (carto::cpu).
 //
 // Design note: one CpuBackend per rank, used from that rank's thread only. Every kernel runs on the
 // calling thread before returning (the queue is trivially in order; synchronize() does nothing).
@@ -11,8 +12,24 @@
 // accumulated in float in a fixed order of 16 lanes, as a GPU kernel would, and exp is a
 // branch-free polynomial within 2 ulp; the tests bound their error. Dropout masks come from Philox
 // blocks computed 16 at a time (dropout_mask.hpp), bit for bit rng::keep's. Device memory is host
-// memory aligned to 64 bytes; workspace (attention's score blocks) is allocated through the
-// backend's current allocator, category temporaries.
+// memory aligned to 64 bytes; workspace (attention's score blocks, bf16 staging) is allocated
+// through the backend's current allocator, category temporaries.
+//
+// Mixed precision (backend.hpp's contract): every call takes fp32 and bf16 data views, mixed as
+// the caller likes; fp16 and fp8 throw a carto::Error naming the call, the view and its dtype.
+// The kernels compute in fp32 only: a bf16 view is widened (exactly) into a small fp32 scratch
+// slot a block of elements, a block of rows or one attention head at a time, the fp32 loop runs on
+// the slot, and an output is rounded back to nearest even once (elements.hpp). Accumulating
+// outputs (backward gradients, beta = 1, CopyMode::accumulate) are widened before the loop, so the
+// addition is fp32 and the rounding happens once per call. fp32 views skip the staging and run
+// the same loops on their own memory as before, with no copy and no allocation. Statistics (mean,
+// rstd, the partial sums, logsumexp, the cross-entropy pieces, the loss) and AdamW's param, m and
+// v must be fp32; AdamW's grad may be bf16. GEMMs with bf16 operands: OpenBLAS has no bf16 GEMM
+// that every build offers, so the CPU's "bf16 in, fp32 accumulate" widens the bf16 operands into
+// fp32 workspace and calls sgemm; a bf16 c is computed in fp32 and rounded once. copy_strided
+// converts between the dtypes (Backend::convert is built on it); a copy between equal dtypes
+// moves the bits. fill rounds its value once; fill_normal rounds each fp32 draw once, so a bf16
+// tensor holds round_to_bf16 of the fp32 initialisation.
 #pragma once
 
 #include <carto/runtime/backend.hpp>

@@ -3,6 +3,7 @@
 
 #include "cpu_backend.hpp"
 #include "dropout_mask.hpp"
+#include "elements.hpp"
 #include "kernel_checks.hpp"
 #include "vector_math.hpp"
 
@@ -81,19 +82,23 @@ CARTO_VECTOR_CLONES void dropout_keep(RngStream rng, std::int64_t first, std::in
 
 namespace {
 
+using detail::Load;
+
 // Masks are drawn for chunks of a row at a time, in a buffer on the stack.
 constexpr std::int64_t kMaskChunk = 256;
 
 // dst[i] = op(kept_i, src[i], dst[i], 1 / (1 - p)) for every element, kept_i its mask bit; the
-// masks are drawn row by row, kMaskChunk at a time.
+// masks are drawn row by row, kMaskChunk at a time. The mask depends on the global index alone,
+// so bf16 views (staged a chunk at a time, elements.hpp) drop exactly the elements fp32 ones do.
 template <class Op>
-void apply_dropout(std::string_view call, ConstTensorView src, TensorView dst,
-                   const DropoutArgs& args, Op&& op) {
+void apply_dropout(Backend& backend, std::string_view call, ConstTensorView src, TensorView dst,
+                   const DropoutArgs& args, Load load, Op&& op) {
   detail::require_numel(call, "the output", dst.numel(), src.numel());
   CARTO_CHECK(args.probability >= 0.0f && args.probability < 1.0f, call,
               ": dropout probability must be in [0, 1); got ", args.probability);
-  const float* ps = src.f32();
-  float* pd = dst.f32();
+  const detail::Staging st(
+      backend, call,
+      {{"the input", src.dtype(), kMaskChunk}, {"the output", dst.dtype, kMaskChunk}});
   const float kept = 1.0f / (1.0f - args.probability);
   std::uint32_t keep[kMaskChunk];
   detail::for_each_global_row(args.placement, detail::extents_of(src.shape()),
@@ -102,11 +107,12 @@ void apply_dropout(std::string_view call, ConstTensorView src, TensorView dst,
                                   const std::int64_t n = std::min(kMaskChunk, count - c);
                                   detail::dropout_keep(args.rng, global + c, n, args.probability,
                                                        keep);
-                                  const float* s = ps + local + c;
-                                  float* d = pd + local + c;
+                                  const float* s = st.read(0, src, local + c, n);
+                                  float* d = st.write(1, dst, local + c, n, load);
 #pragma omp simd
                                   for (std::int64_t m = 0; m < n; ++m)
                                     d[m] = op(keep[m] != 0, s[m], d[m], kept);
+                                  st.commit(1, dst, local + c, n);
                                 }
                               });
 }
@@ -115,15 +121,15 @@ void apply_dropout(std::string_view call, ConstTensorView src, TensorView dst,
 
 // y may be x: each element is read before it is written.
 void CpuBackend::dropout_forward(ConstTensorView x, TensorView y, const DropoutArgs& args) {
-  apply_dropout("dropout_forward", x, y, args, [](bool keep, float xi, float /*yi*/, float kept) {
-    return keep ? xi * kept : 0.0f;
-  });
+  apply_dropout(
+      *this, "dropout_forward", x, y, args, Load::no,
+      [](bool keep, float xi, float /*yi*/, float kept) { return keep ? xi * kept : 0.0f; });
 }
 
 void CpuBackend::dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args) {
-  apply_dropout("dropout_backward", dy, dx, args, [](bool keep, float dyi, float dxi, float kept) {
-    return keep ? dxi + dyi * kept : dxi;
-  });
+  apply_dropout(
+      *this, "dropout_backward", dy, dx, args, Load::yes,
+      [](bool keep, float dyi, float dxi, float kept) { return keep ? dxi + dyi * kept : dxi; });
 }
 
 }  // namespace carto::cpu

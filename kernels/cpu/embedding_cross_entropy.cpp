@@ -7,17 +7,24 @@
 // gradient then follow from those reduced rows on every shard.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <limits>
 
 #include "cpu_backend.hpp"
+#include "elements.hpp"
 #include "kernel_checks.hpp"
 #include "vector_math.hpp"
 
 namespace carto::cpu {
 
 using detail::exp_approx;
+using detail::fp32_of;
 using detail::last_extent;
+using detail::Load;
 using detail::require_numel;
+using detail::rows_per_block;
+using detail::Staging;
 
 // ---- embedding
 // -----------------------------------------------------------------------------------
@@ -38,29 +45,88 @@ TableGeometry table_geometry(std::string_view call, const TensorShape& table, co
 void CpuBackend::embedding_forward(ConstTensorView table, IndexView ids, TensorView out,
                                    const EmbeddingShard& shard) {
   const TableGeometry t = table_geometry("embedding_forward", table.shape(), ids, out.numel());
-  const float* pt = table.f32();
-  float* po = out.f32();
+  const std::int64_t w = t.width;
+  // A copy: the same dtype moves rows as they are; fp32 <-> bf16 converts through a slot.
+  const bool same = table.dtype() == out.dtype;
+  detail::require_storable("embedding_forward", "table", table.dtype());
+  detail::require_storable("embedding_forward", "out", out.dtype);
+  const Staging st(*this, "embedding_forward",
+                   {{"table", same ? DType::fp32 : table.dtype(), w},
+                    {"out", same ? DType::fp32 : out.dtype, w}});
+  const auto elem = static_cast<std::size_t>(size_bytes(out.dtype));
+  const auto* pt = static_cast<const std::byte*>(table.data());
+  auto* po = static_cast<std::byte*>(out.data);
   for (std::int64_t n = 0; n < ids.numel(); ++n) {
     CARTO_CHECK(ids.data[n] >= 0, "embedding_forward: token id ", ids.data[n], " at ", n);
     const std::int64_t row = ids.data[n] - shard.vocab_offset;
-    float* on = po + n * t.width;
-    if (row >= 0 && row < t.rows) {
-      std::copy(pt + row * t.width, pt + (row + 1) * t.width, on);
-    } else {
-      std::fill(on, on + t.width, 0.0f);
+    const bool local = row >= 0 && row < t.rows;
+    if (same) {
+      std::byte* on = po + static_cast<std::size_t>(n * w) * elem;
+      if (local) {
+        std::memcpy(on, pt + static_cast<std::size_t>(row * w) * elem,
+                    static_cast<std::size_t>(w) * elem);
+      } else {
+        std::memset(on, 0, static_cast<std::size_t>(w) * elem);  // +0 in fp32 and bf16
+      }
+      continue;
     }
+    float* on = st.write(1, out, n * w, w, Load::no);
+    if (local) {
+      const float* tr = st.read(0, table, row * w, w);
+      std::copy(tr, tr + w, on);
+    } else {
+      std::fill(on, on + w, 0.0f);
+    }
+    st.commit(1, out, n * w, w);
   }
 }
+
+namespace {
+// dtable[row] += dout[n] over the tokens n of the shard's rows, in order of n.
+void scatter_add_fp32(const Staging& st, ConstTensorView dout, const IndexView& ids, float* pt,
+                      std::int64_t rows, std::int64_t width, std::int64_t vocab_offset) {
+  for (std::int64_t n = 0; n < ids.numel(); ++n) {
+    const std::int64_t row = ids.data[n] - vocab_offset;
+    if (row < 0 || row >= rows) continue;
+    const float* pd = st.read(0, dout, n * width, width);
+    float* tr = pt + row * width;
+    for (std::int64_t j = 0; j < width; ++j) tr[j] += pd[j];
+  }
+}
+}  // namespace
 
 void CpuBackend::embedding_backward(ConstTensorView dout, IndexView ids, TensorView dtable,
                                     const EmbeddingShard& shard) {
   const TableGeometry t = table_geometry("embedding_backward", dtable.shape, ids, dout.numel());
-  const float* pd = dout.f32();
-  float* pt = dtable.f32();
+  const std::int64_t w = t.width;
+  const Staging st(*this, "embedding_backward",
+                   {{"dout", dout.dtype(), w}, {"dtable", dtable.dtype, w}});
+  if (dtable.dtype == DType::fp32) {
+    scatter_add_fp32(st, dout, ids, dtable.f32(), t.rows, w, shard.vocab_offset);
+    return;
+  }
+  // The positions of the shard's tokens, ordered by (row, position): each table row is widened
+  // once, gets its tokens' rows added in fp32 in position order, and is rounded once.
+  const Buffer order_buffer(allocator(),
+                            static_cast<std::size_t>(ids.numel()) * sizeof(std::int64_t),
+                            MemoryCategory::temporaries);
+  auto* order = static_cast<std::int64_t*>(order_buffer.data());
+  std::int64_t count = 0;
   for (std::int64_t n = 0; n < ids.numel(); ++n) {
     const std::int64_t row = ids.data[n] - shard.vocab_offset;
-    if (row < 0 || row >= t.rows) continue;
-    for (std::int64_t j = 0; j < t.width; ++j) pt[row * t.width + j] += pd[n * t.width + j];
+    if (row >= 0 && row < t.rows) order[count++] = n;
+  }
+  std::sort(order, order + count, [&](std::int64_t a, std::int64_t b) {
+    return ids.data[a] != ids.data[b] ? ids.data[a] < ids.data[b] : a < b;
+  });
+  for (std::int64_t i = 0; i < count;) {
+    const std::int64_t row = ids.data[order[i]] - shard.vocab_offset;
+    float* acc = st.write(1, dtable, row * w, w, Load::yes);
+    for (; i < count && ids.data[order[i]] - shard.vocab_offset == row; ++i) {
+      const float* pd = st.read(0, dout, order[i] * w, w);
+      for (std::int64_t j = 0; j < w; ++j) acc[j] += pd[j];
+    }
+    st.commit(1, dtable, row * w, w);
   }
 }
 
@@ -134,26 +200,38 @@ CARTO_VECTOR_CLONES void cross_entropy_backward_rows(const float* pl, const floa
 
 void CpuBackend::cross_entropy_row_max(ConstTensorView logits, TensorView row_max) {
   const LogitRows r = logit_rows("cross_entropy_row_max", logits.shape(), row_max.numel(), {});
-  row_max_rows(logits.f32(), row_max.f32(), r.rows, r.vocab);
+  float* pm = fp32_of("cross_entropy_row_max", "row_max", row_max);
+  const std::int64_t v = r.vocab, step = rows_per_block(v);
+  const Staging st(*this, "cross_entropy_row_max", {{"logits", logits.dtype(), step * v}});
+  st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    row_max_rows(st.read(0, logits, r0 * v, nr * v), pm + r0, nr, v);
+  });
 }
 
 void CpuBackend::cross_entropy_sum_exp(ConstTensorView logits, ConstTensorView row_max,
                                        TensorView sum_exp) {
-  const LogitRows r = logit_rows("cross_entropy_sum_exp", logits.shape(), row_max.numel(), {});
-  require_numel("cross_entropy_sum_exp", "sum_exp", sum_exp.numel(), r.rows);
-  sum_exp_rows(logits.f32(), row_max.f32(), sum_exp.f32(), r.rows, r.vocab);
+  constexpr std::string_view call = "cross_entropy_sum_exp";
+  const LogitRows r = logit_rows(call, logits.shape(), row_max.numel(), {});
+  require_numel(call, "sum_exp", sum_exp.numel(), r.rows);
+  const float* pm = fp32_of(call, "row_max", row_max);
+  float* ps = fp32_of(call, "sum_exp", sum_exp);
+  const std::int64_t v = r.vocab, step = rows_per_block(v);
+  const Staging st(*this, call, {{"logits", logits.dtype(), step * v}});
+  st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    sum_exp_rows(st.read(0, logits, r0 * v, nr * v), pm + r0, ps + r0, nr, v);
+  });
 }
 
 void CpuBackend::cross_entropy_target_logit(ConstTensorView logits, IndexView targets,
                                             TensorView target_logit, const CrossEntropyArgs& args) {
-  const LogitRows r =
-      logit_rows("cross_entropy_target_logit", logits.shape(), targets.numel(), args);
-  require_numel("cross_entropy_target_logit", "target_logit", target_logit.numel(), r.rows);
-  const float* pl = logits.f32();
-  float* pt = target_logit.f32();
+  constexpr std::string_view call = "cross_entropy_target_logit";
+  const LogitRows r = logit_rows(call, logits.shape(), targets.numel(), args);
+  require_numel(call, "target_logit", target_logit.numel(), r.rows);
+  detail::require_storable(call, "logits", logits.dtype());
+  float* pt = fp32_of(call, "target_logit", target_logit);
   for (std::int64_t i = 0; i < r.rows; ++i) {
     const std::int64_t col = targets.data[i] - args.vocab_offset;
-    pt[i] = col >= 0 && col < r.vocab ? pl[i * r.vocab + col] : 0.0f;
+    pt[i] = col >= 0 && col < r.vocab ? detail::load(logits, i * r.vocab + col) : 0.0f;
   }
 }
 
@@ -165,17 +243,19 @@ void CpuBackend::cross_entropy_loss(ConstTensorView row_max, ConstTensorView sum
   require_numel("cross_entropy_loss", "target_logit", target_logit.numel(), rows);
   require_numel("cross_entropy_loss", "logsumexp", logsumexp.numel(), rows);
   require_numel("cross_entropy_loss", "loss", loss.numel(), 1);
-  const float* pm = row_max.f32();
-  const float* ps = sum_exp.f32();
-  const float* pt = target_logit.f32();
-  float* plse = logsumexp.f32();
+  constexpr std::string_view call = "cross_entropy_loss";
+  const float* pm = fp32_of(call, "row_max", row_max);
+  const float* ps = fp32_of(call, "sum_exp", sum_exp);
+  const float* pt = fp32_of(call, "target_logit", target_logit);
+  float* plse = fp32_of(call, "logsumexp", logsumexp);
+  float* pl = fp32_of(call, "loss", loss);
   const std::int64_t count = args.token_count > 0 ? args.token_count : rows;
   double total = 0.0;  // a scalar over many rows: summed in double, rounded once
   for (std::int64_t i = 0; i < rows; ++i) {
     plse[i] = pm[i] + std::log(ps[i]);
     total += static_cast<double>(plse[i]) - static_cast<double>(pt[i]);
   }
-  loss.f32()[0] = static_cast<float>(total / static_cast<double>(count));
+  pl[0] = static_cast<float>(total / static_cast<double>(count));
 }
 
 void CpuBackend::cross_entropy_forward(ConstTensorView logits, IndexView targets, TensorView loss,
@@ -193,7 +273,14 @@ void CpuBackend::cross_entropy_forward(ConstTensorView logits, IndexView targets
   const TensorView sum_exp{.data = static_cast<float*>(work.data()) + r.rows, .shape = row_shape};
   const TensorView target{.data = static_cast<float*>(work.data()) + 2 * r.rows,
                           .shape = row_shape};
-  max_and_sum_exp_rows(logits.f32(), row_max.f32(), sum_exp.f32(), r.rows, r.vocab);
+  fp32_of("cross_entropy_forward", "loss", loss);
+  fp32_of("cross_entropy_forward", "logsumexp", logsumexp);
+  const std::int64_t v = r.vocab, step = rows_per_block(v);
+  const Staging st(*this, "cross_entropy_forward", {{"logits", logits.dtype(), step * v}});
+  st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    max_and_sum_exp_rows(st.read(0, logits, r0 * v, nr * v), row_max.f32() + r0, sum_exp.f32() + r0,
+                         nr, v);
+  });
   cross_entropy_target_logit(logits, targets, target, args);
   cross_entropy_loss(row_max, sum_exp, target, loss, logsumexp, args);
 }
@@ -205,9 +292,20 @@ void CpuBackend::cross_entropy_backward(ConstTensorView logits, IndexView target
   require_numel("cross_entropy_backward", "logsumexp", logsumexp.numel(), r.rows);
   require_numel("cross_entropy_backward", "dloss", dloss.numel(), 1);
   require_numel("cross_entropy_backward", "dlogits", dlogits.numel(), logits.numel());
-  const float g = dloss.f32()[0] / static_cast<float>(r.count);
-  cross_entropy_backward_rows(logits.f32(), logsumexp.f32(), targets.data, args.vocab_offset, g,
-                              dlogits.f32(), r.rows, r.vocab);
+  constexpr std::string_view call = "cross_entropy_backward";
+  const float* plse = fp32_of(call, "logsumexp", logsumexp);
+  detail::require_storable(call, "dloss", dloss.dtype());
+  const float g = detail::load(dloss, 0) / static_cast<float>(r.count);
+  const std::int64_t v = r.vocab, step = rows_per_block(v);
+  const Staging st(*this, call,
+                   {{"logits", logits.dtype(), step * v}, {"dlogits", dlogits.dtype, step * v}});
+  st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    const std::int64_t at = r0 * v, n = nr * v;
+    cross_entropy_backward_rows(st.read(0, logits, at, n), plse + r0, targets.data + r0,
+                                args.vocab_offset, g, st.write(1, dlogits, at, n, Load::yes), nr,
+                                v);
+    st.commit(1, dlogits, at, n);
+  });
 }
 
 }  // namespace carto::cpu

@@ -1,13 +1,16 @@
 // The CPU backend's reductions along the last dim: layernorm and (scaled, masked) softmax.
 //
 // Each row is a few passes over data in L1: lane sums for the statistics (vector_math.hpp), then
-// one vectorized element loop that applies them.
+// one vectorized element loop that applies them. bf16 views are staged a block of rows at a time
+// (elements.hpp); gamma, beta and their gradients once per call; the statistics (mean, rstd, the
+// partial sums) are fp32.
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <string_view>
 
 #include "cpu_backend.hpp"
+#include "elements.hpp"
 #include "kernel_checks.hpp"
 #include "vector_math.hpp"
 
@@ -15,9 +18,13 @@ namespace carto::cpu {
 
 using detail::exp_approx;
 using detail::extents_of;
+using detail::fp32_of;
 using detail::last_extent;
+using detail::Load;
 using detail::max_lanes;
 using detail::require_numel;
+using detail::rows_per_block;
+using detail::Staging;
 using detail::sum_lanes;
 
 // ---- layernorm
@@ -129,8 +136,22 @@ void CpuBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, Con
                                     {.elements = {{"y", y.numel()}},
                                      .columns = {{"gamma", gamma.numel()}, {"beta", beta.numel()}},
                                      .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}}});
-  layernorm_rows(x.f32(), gamma.f32(), beta.f32(), y.f32(), mean.f32(), rstd.f32(), rows, c,
-                 args.epsilon);
+  constexpr std::string_view call = "layernorm_forward";
+  float* pmean = fp32_of(call, "mean", mean);
+  float* prstd = fp32_of(call, "rstd", rstd);
+  const std::int64_t step = rows_per_block(c);
+  const Staging st(*this, call,
+                   {{"gamma", gamma.dtype(), c},
+                    {"beta", beta.dtype(), c},
+                    {"x", x.dtype(), step * c},
+                    {"y", y.dtype, step * c}});
+  const float* pg = st.read(0, gamma, 0, c);
+  const float* pb = st.read(1, beta, 0, c);
+  st.for_blocks(rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    layernorm_rows(st.read(2, x, r0 * c, nr * c), pg, pb, st.write(3, y, r0 * c, nr * c, Load::no),
+                   pmean + r0, prstd + r0, nr, c, args.epsilon);
+    st.commit(3, y, r0 * c, nr * c);
+  });
 }
 
 void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
@@ -141,8 +162,28 @@ void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, Const
       {.elements = {{"dy", dy.numel()}, {"dx", dx.numel()}},
        .columns = {{"gamma", gamma.numel()}, {"dgamma", dgamma.numel()}, {"dbeta", dbeta.numel()}},
        .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}}});
-  layernorm_backward_rows(dy.f32(), x.f32(), gamma.f32(), mean.f32(), rstd.f32(), dx.f32(),
-                          dgamma.f32(), dbeta.f32(), rows, c);
+  constexpr std::string_view call = "layernorm_backward";
+  const float* pmean = fp32_of(call, "mean", mean);
+  const float* prstd = fp32_of(call, "rstd", rstd);
+  const std::int64_t step = rows_per_block(c);
+  const Staging st(*this, call,
+                   {{"gamma", gamma.dtype(), c},
+                    {"dgamma", dgamma.dtype, c},
+                    {"dbeta", dbeta.dtype, c},
+                    {"dy", dy.dtype(), step * c},
+                    {"x", x.dtype(), step * c},
+                    {"dx", dx.dtype, step * c}});
+  const float* pg = st.read(0, gamma, 0, c);
+  float* pdg = st.write(1, dgamma, 0, c, Load::yes);
+  float* pdb = st.write(2, dbeta, 0, c, Load::yes);
+  st.for_blocks(rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    const std::int64_t at = r0 * c, n = nr * c;
+    layernorm_backward_rows(st.read(3, dy, at, n), st.read(4, x, at, n), pg, pmean + r0, prstd + r0,
+                            st.write(5, dx, at, n, Load::yes), pdg, pdb, nr, c);
+    st.commit(5, dx, at, n);
+  });
+  st.commit(1, dgamma, 0, c);
+  st.commit(2, dbeta, 0, c);
 }
 
 // ---- layernorm with the normalized dim split across devices
@@ -211,7 +252,12 @@ CARTO_VECTOR_CLONES void backward_apply_rows(const float* pdy, const float* px, 
 
 void CpuBackend::layernorm_partial_sums(ConstTensorView x, TensorView sums) {
   const NormRows n = check_norm("layernorm_partial_sums", x.shape(), {.sums = sums.numel()});
-  partial_sums_rows(x.f32(), sums.f32(), n.rows, n.columns);
+  float* ps = fp32_of("layernorm_partial_sums", "sums", sums);
+  const std::int64_t c = n.columns, step = rows_per_block(c);
+  const Staging st(*this, "layernorm_partial_sums", {{"x", x.dtype(), step * c}});
+  st.for_blocks(n.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    partial_sums_rows(st.read(0, x, r0 * c, nr * c), ps + 2 * r0, nr, c);
+  });
 }
 
 void CpuBackend::layernorm_apply(ConstTensorView x, ConstTensorView sums,
@@ -224,8 +270,25 @@ void CpuBackend::layernorm_apply(ConstTensorView x, ConstTensorView sums,
                                  .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}},
                                  .sums = sums.numel()});
   require_global_columns("layernorm_apply", global_columns, n);
-  apply_rows(x.f32(), sums.f32(), static_cast<double>(global_columns), gamma.f32(), beta.f32(),
-             y.f32(), mean.f32(), rstd.f32(), n.rows, n.columns, static_cast<double>(args.epsilon));
+  constexpr std::string_view call = "layernorm_apply";
+  const float* ps = fp32_of(call, "sums", sums);
+  float* pmean = fp32_of(call, "mean", mean);
+  float* prstd = fp32_of(call, "rstd", rstd);
+  const std::int64_t c = n.columns, step = rows_per_block(c);
+  const Staging st(*this, call,
+                   {{"gamma", gamma.dtype(), c},
+                    {"beta", beta.dtype(), c},
+                    {"x", x.dtype(), step * c},
+                    {"y", y.dtype, step * c}});
+  const float* pg = st.read(0, gamma, 0, c);
+  const float* pb = st.read(1, beta, 0, c);
+  st.for_blocks(n.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    const std::int64_t at = r0 * c, count = nr * c;
+    apply_rows(st.read(2, x, at, count), ps + 2 * r0, static_cast<double>(global_columns), pg, pb,
+               st.write(3, y, at, count, Load::no), pmean + r0, prstd + r0, nr, c,
+               static_cast<double>(args.epsilon));
+    st.commit(3, y, at, count);
+  });
 }
 
 void CpuBackend::layernorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x,
@@ -236,8 +299,20 @@ void CpuBackend::layernorm_backward_partial_sums(ConstTensorView dy, ConstTensor
                                  .columns = {{"gamma", gamma.numel()}},
                                  .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}},
                                  .sums = sums.numel()});
-  backward_partial_sums_rows(dy.f32(), x.f32(), gamma.f32(), mean.f32(), rstd.f32(), sums.f32(),
-                             n.rows, n.columns);
+  constexpr std::string_view call = "layernorm_backward_partial_sums";
+  const float* pmean = fp32_of(call, "mean", mean);
+  const float* prstd = fp32_of(call, "rstd", rstd);
+  float* ps = fp32_of(call, "sums", sums);
+  const std::int64_t c = n.columns, step = rows_per_block(c);
+  const Staging st(
+      *this, call,
+      {{"gamma", gamma.dtype(), c}, {"dy", dy.dtype(), step * c}, {"x", x.dtype(), step * c}});
+  const float* pg = st.read(0, gamma, 0, c);
+  st.for_blocks(n.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    const std::int64_t at = r0 * c, count = nr * c;
+    backward_partial_sums_rows(st.read(1, dy, at, count), st.read(2, x, at, count), pg, pmean + r0,
+                               prstd + r0, ps + 2 * r0, nr, c);
+  });
 }
 
 void CpuBackend::layernorm_backward_apply(ConstTensorView dy, ConstTensorView x,
@@ -252,9 +327,30 @@ void CpuBackend::layernorm_backward_apply(ConstTensorView dy, ConstTensorView x,
        .rows = {{"mean", mean.numel()}, {"rstd", rstd.numel()}},
        .sums = sums.numel()});
   require_global_columns("layernorm_backward_apply", global_columns, n);
-  backward_apply_rows(dy.f32(), x.f32(), gamma.f32(), mean.f32(), rstd.f32(), sums.f32(),
-                      static_cast<float>(global_columns), dx.f32(), dgamma.f32(), dbeta.f32(),
-                      n.rows, n.columns);
+  constexpr std::string_view call = "layernorm_backward_apply";
+  const float* pmean = fp32_of(call, "mean", mean);
+  const float* prstd = fp32_of(call, "rstd", rstd);
+  const float* ps = fp32_of(call, "sums", sums);
+  const std::int64_t c = n.columns, step = rows_per_block(c);
+  const Staging st(*this, call,
+                   {{"gamma", gamma.dtype(), c},
+                    {"dgamma", dgamma.dtype, c},
+                    {"dbeta", dbeta.dtype, c},
+                    {"dy", dy.dtype(), step * c},
+                    {"x", x.dtype(), step * c},
+                    {"dx", dx.dtype, step * c}});
+  const float* pg = st.read(0, gamma, 0, c);
+  float* pdg = st.write(1, dgamma, 0, c, Load::yes);
+  float* pdb = st.write(2, dbeta, 0, c, Load::yes);
+  st.for_blocks(n.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    const std::int64_t at = r0 * c, count = nr * c;
+    backward_apply_rows(st.read(3, dy, at, count), st.read(4, x, at, count), pg, pmean + r0,
+                        prstd + r0, ps + 2 * r0, static_cast<float>(global_columns),
+                        st.write(5, dx, at, count, Load::yes), pdg, pdb, nr, c);
+    st.commit(5, dx, at, count);
+  });
+  st.commit(1, dgamma, 0, c);
+  st.commit(2, dbeta, 0, c);
 }
 
 // ---- softmax
@@ -289,13 +385,13 @@ SoftmaxRows softmax_rows(std::string_view call, const TensorShape& s, const Soft
   return out;
 }
 
-// The rows of softmax_forward (y may be x).
+// Rows [first, first + rows) of softmax_forward, px and py pointing at row `first` (y may be x).
 CARTO_VECTOR_CLONES void softmax_forward_rows(const float* px, float* py, const SoftmaxRows& geo,
-                                              float scale) {
-  for (std::int64_t r = 0; r < geo.rows; ++r) {
+                                              std::int64_t first, std::int64_t rows, float scale) {
+  for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = px + r * geo.keys;
     float* yr = py + r * geo.keys;
-    const std::int64_t n = geo.visible(r);
+    const std::int64_t n = geo.visible(first + r);
     const float max = max_lanes(n, [&](std::int64_t j) { return scale * xr[j]; });
 #pragma omp simd
     for (std::int64_t j = 0; j < n; ++j) yr[j] = exp_approx(scale * xr[j] - max);
@@ -306,14 +402,15 @@ CARTO_VECTOR_CLONES void softmax_forward_rows(const float* px, float* py, const 
   }
 }
 
-// The rows of softmax_backward.
+// Rows [first, first + rows) of softmax_backward, the pointers at row `first`.
 CARTO_VECTOR_CLONES void softmax_backward_rows(const float* py, const float* pdy, float* pdx,
-                                               const SoftmaxRows& geo, float scale) {
-  for (std::int64_t r = 0; r < geo.rows; ++r) {
+                                               const SoftmaxRows& geo, std::int64_t first,
+                                               std::int64_t rows, float scale) {
+  for (std::int64_t r = 0; r < rows; ++r) {
     const float* yr = py + r * geo.keys;
     const float* dyr = pdy + r * geo.keys;
     float* dxr = pdx + r * geo.keys;
-    const std::int64_t n = geo.visible(r);  // masked entries have y = 0 and gradient 0
+    const std::int64_t n = geo.visible(first + r);  // masked entries have y = 0 and gradient 0
     const float dot = sum_lanes<float>(n, [&](std::int64_t j) { return dyr[j] * yr[j]; });
 #pragma omp simd
     for (std::int64_t j = 0; j < n; ++j) dxr[j] += scale * yr[j] * (dyr[j] - dot);
@@ -329,7 +426,14 @@ void CpuBackend::softmax_forward(ConstTensorView x, TensorView y, const SoftmaxA
   for (std::int64_t r = 0; r < std::min(geo.rows, geo.queries); ++r) {
     CARTO_CHECK(geo.visible(r) > 0, "softmax_forward: row ", r, " has every key masked");
   }
-  softmax_forward_rows(x.f32(), y.f32(), geo, args.scale);
+  const std::int64_t k = geo.keys, step = rows_per_block(k);
+  const Staging st(*this, "softmax_forward",
+                   {{"x", x.dtype(), step * k}, {"y", y.dtype, step * k}});
+  st.for_blocks(geo.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    softmax_forward_rows(st.read(0, x, r0 * k, nr * k), st.write(1, y, r0 * k, nr * k, Load::no),
+                         geo, r0, nr, args.scale);
+    st.commit(1, y, r0 * k, nr * k);
+  });
 }
 
 void CpuBackend::softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
@@ -337,7 +441,16 @@ void CpuBackend::softmax_backward(ConstTensorView y, ConstTensorView dy, TensorV
   const SoftmaxRows geo = softmax_rows("softmax_backward", y.shape(), args);
   require_numel("softmax_backward", "dy", dy.numel(), y.numel());
   require_numel("softmax_backward", "dx", dx.numel(), y.numel());
-  softmax_backward_rows(y.f32(), dy.f32(), dx.f32(), geo, args.scale);
+  const std::int64_t k = geo.keys, step = rows_per_block(k);
+  const Staging st(
+      *this, "softmax_backward",
+      {{"y", y.dtype(), step * k}, {"dy", dy.dtype(), step * k}, {"dx", dx.dtype, step * k}});
+  st.for_blocks(geo.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+    const std::int64_t at = r0 * k, n = nr * k;
+    softmax_backward_rows(st.read(0, y, at, n), st.read(1, dy, at, n),
+                          st.write(2, dx, at, n, Load::yes), geo, r0, nr, args.scale);
+    st.commit(2, dx, at, n);
+  });
 }
 
 }  // namespace carto::cpu

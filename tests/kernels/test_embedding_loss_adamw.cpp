@@ -1,8 +1,7 @@
 // Embedding lookup and scatter-add, softmax cross-entropy (whole and vocab-parallel over 2 and 4
 // simulated shards, with the reductions done here as the communicator would), and AdamW against a
-// hand-computed two-step example.
-#include <cpu/cpu_backend.hpp>
-
+// hand-computed two-step example; on the backend under test in fp32 and bf16 (AdamW: a bf16 grad
+// with the fp32 master weights and moments).
 #include "kernels/kernel_support.hpp"
 
 using namespace carto;
@@ -34,14 +33,15 @@ std::vector<double> cross_entropy_ref_rows(const std::vector<double>& logits, do
 
 TEST_CASE("embedding lookup and scatter-add, whole and over 2 and 4 vocab shards",
           "[kernels][embedding]") {
-  cpu::CpuBackend cpu;
-  Backend& backend = cpu;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   const TensorShape table_shape{{"vocab", V}, {"hidden", H}}, ids_shape{{"b", 2}, {"s", 3}},
       out_shape{{"b", 2}, {"s", 3}, {"hidden", H}};
-  const std::vector<float> table = random_normal(table_shape.numel(), 90),
-                           w = random_normal(out_shape.numel(), 91);
+  const std::vector<float> table = random_input(table_shape.numel(), 90, dtype),
+                           w = random_input(out_shape.numel(), 91, dtype);
   DeviceIds ids(backend, ids_shape, kIds);
-  DeviceTensor t(backend, table_shape, table), out(backend, out_shape);
+  DeviceTensor t(backend, table_shape, table, dtype), out(backend, out_shape, dtype);
   backend.embedding_forward(t, ids, out, {});
   std::vector<float> expected(static_cast<std::size_t>(out_shape.numel()));
   for (std::int64_t n = 0; n < N; ++n)
@@ -50,29 +50,29 @@ TEST_CASE("embedding lookup and scatter-add, whole and over 2 and 4 vocab shards
           table[static_cast<std::size_t>(kIds[static_cast<std::size_t>(n)] * H + h)];
   CHECK(out.download() == expected);  // a copy: exact
 
-  DeviceTensor dout(backend, out_shape, w);
-  DeviceTensor dtable = zeros(backend, table_shape);
+  DeviceTensor dout(backend, out_shape, w, dtype);
+  DeviceTensor dtable = zeros(backend, table_shape, dtype);
   backend.embedding_backward(dout, ids, dtable, {});
   std::vector<double> rt(table.size(), 0.0);  // token 3 appears twice: its row sums two
   for (std::int64_t n = 0; n < N; ++n)
     for (std::int64_t h = 0; h < H; ++h)
       rt[static_cast<std::size_t>(kIds[static_cast<std::size_t>(n)] * H + h)] +=
           w[static_cast<std::size_t>(n * H + h)];
-  CARTO_CHECK_CLOSE("embedding dtable", dtable.download(), rt, fp32_chain(2, max_abs(rt)));
+  CARTO_CHECK_CLOSE("embedding dtable", dtable.download(), rt, tolerance(dtype, 2, max_abs(rt)));
 
   for (std::int64_t shards : {2, 4}) {
     INFO(shards << " vocab shards");
     const std::int64_t rows = V / shards;
     const TensorShape local{{"vocab", rows}, {"hidden", H}};
-    DeviceTensor sum = zeros(backend, out_shape);
+    DeviceTensor sum = zeros(backend, out_shape, dtype);
     std::vector<float> gathered_grad;
     for (std::int64_t r = 0; r < shards; ++r) {
-      DeviceTensor part(backend, local), part_out(backend, out_shape);
+      DeviceTensor part(backend, local, dtype), part_out(backend, out_shape, dtype);
       backend.copy_box(t, {.offset = {r * rows, 0}, .extent = {rows, H}}, part, {0, 0},
                        CopyMode::assign);
       backend.embedding_forward(part, ids, part_out, {.vocab_offset = r * rows});
       backend.add_scaled(part_out, 1.0f, sum);  // the all-reduce of the Partial output
-      DeviceTensor part_grad = zeros(backend, local);
+      DeviceTensor part_grad = zeros(backend, local, dtype);
       backend.embedding_backward(dout, ids, part_grad, {.vocab_offset = r * rows});
       const std::vector<float> g = part_grad.download();
       gathered_grad.insert(gathered_grad.end(), g.begin(), g.end());
@@ -84,13 +84,14 @@ TEST_CASE("embedding lookup and scatter-add, whole and over 2 and 4 vocab shards
 
 TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 and 4 shards",
           "[kernels][cross_entropy]") {
-  cpu::CpuBackend cpu;
-  Backend& backend = cpu;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   const TensorShape logits_shape{{"b", 2}, {"s", 3}, {"vocab", V}}, rows{{"b", 2}, {"s", 3}};
   const TensorShape scalar{};
-  const std::vector<float> logits = random_normal(logits_shape.numel(), 100, 3.0f);
+  const std::vector<float> logits = random_input(logits_shape.numel(), 100, dtype, 3.0f);
   DeviceIds targets(backend, rows, kIds);
-  DeviceTensor tl(backend, logits_shape, logits), loss(backend, scalar), lse(backend, rows),
+  DeviceTensor tl(backend, logits_shape, logits, dtype), loss(backend, scalar), lse(backend, rows),
       dloss(backend, scalar, {1.0f});
   backend.cross_entropy_forward(tl, targets, loss, lse, {});
   double ref_loss = 0;
@@ -101,7 +102,7 @@ TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 a
   CARTO_CHECK_CLOSE("cross-entropy loss", loss.download(), std::vector<double>{ref_loss},
                     fp32_chain(V + 8, max_abs(ref_lse)));
 
-  DeviceTensor dlogits = zeros(backend, logits_shape);
+  DeviceTensor dlogits = zeros(backend, logits_shape, dtype);
   backend.cross_entropy_backward(tl, targets, lse, dloss, dlogits, {});
   const std::vector<double> rd =
       central_difference(to_double(logits), [](const std::vector<double>& x) {
@@ -110,7 +111,7 @@ TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 a
         return l;
       });
   CARTO_CHECK_CLOSE("cross-entropy dlogits", dlogits.download(), rd,
-                    fp32_chain(V + 8, max_abs(rd)));
+                    tolerance(dtype, V + 8, max_abs(rd)));
   CHECK_THROWS_AS(backend.cross_entropy_forward(tl, targets, loss, lse, {.vocab_offset = 4}),
                   Error);
 
@@ -121,7 +122,7 @@ TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 a
     const TensorShape local{{"b", 2}, {"s", 3}, {"vocab", cols}};
     std::vector<DeviceTensor> parts;
     for (std::int64_t r = 0; r < shards; ++r) {
-      parts.emplace_back(backend, local);
+      parts.emplace_back(backend, local, dtype);
       backend.copy_box(tl, {.offset = {0, 0, r * cols}, .extent = {2, 3, cols}}, parts.back(),
                        {0, 0, 0}, CopyMode::assign);
     }
@@ -151,7 +152,7 @@ TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 a
     for (std::int64_t r = 0; r < shards; ++r) {
       const CrossEntropyArgs args{.vocab_offset = r * cols};
       DeviceTensor part_loss(backend, scalar), part_lse(backend, rows),
-          part_grad = zeros(backend, local);
+          part_grad = zeros(backend, local, dtype);
       backend.cross_entropy_loss(row_max, sum_exp, target, part_loss, part_lse, args);
       // Every shard holds the same loss; the sums were split, so compare within the sum's rounding.
       CARTO_CHECK_CLOSE("vocab-parallel loss", part_loss.download(), to_double(whole_loss),
@@ -166,22 +167,28 @@ TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 a
           grads[static_cast<std::size_t>(i * V + r * cols + j)] =
               g[static_cast<std::size_t>(i * cols + j)];
     }
+    // Both gradients within tolerance(dtype, V + 8) of the exact one (in bf16 each rounded once).
+    const Tolerance one = tolerance(dtype, V + 8, max_abs(rd));
     CARTO_CHECK_CLOSE("vocab-parallel dlogits", grads, to_double(whole_grad),
-                      fp32_chain(2 * V + 8, max_abs(rd)));
+                      (Tolerance{.atol = 2 * one.atol, .rtol = 2 * one.rtol}));
   }
 }
 
 TEST_CASE("the loss over a batch shard is a summand of the global mean",
           "[kernels][cross_entropy]") {
-  cpu::CpuBackend backend;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   const TensorShape logits_shape{{"rows", N}, {"vocab", V}}, half{{"rows", N / 2}, {"vocab", V}};
-  const std::vector<float> logits = random_normal(logits_shape.numel(), 110);
+  const std::vector<float> logits = random_input(logits_shape.numel(), 110, dtype);
   DeviceIds all(backend, {{"rows", N}}, kIds);
-  DeviceTensor tl(backend, logits_shape, logits), loss(backend, {}), lse(backend, {{"rows", N}});
+  DeviceTensor tl(backend, logits_shape, logits, dtype), loss(backend, {}),
+      lse(backend, {{"rows", N}});
   backend.cross_entropy_forward(tl, all, loss, lse, {});
   double total = 0;
   for (std::int64_t r = 0; r < 2; ++r) {
-    DeviceTensor part(backend, half), part_loss(backend, {}), part_lse(backend, {{"rows", N / 2}});
+    DeviceTensor part(backend, half, dtype), part_loss(backend, {}),
+        part_lse(backend, {{"rows", N / 2}});
     backend.copy_box(tl, {.offset = {r * N / 2, 0}, .extent = {N / 2, V}}, part, {0, 0},
                      CopyMode::assign);
     DeviceIds ids(
@@ -195,8 +202,9 @@ TEST_CASE("the loss over a batch shard is a summand of the global mean",
 }
 
 TEST_CASE("AdamW: two steps by hand", "[kernels][adamw]") {
-  cpu::CpuBackend cpu;
-  Backend& backend = cpu;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   // One parameter p0 = 1, lr 0.1, betas (0.9, 0.999), eps 1e-8, weight decay 0.1; grads 0.5, -0.25.
   // Step 1: m = 0.05, v = 0.00025, m̂ = 0.5, v̂ = 0.25, update = 0.5 / (0.5 + 1e-8)
   //         p = 1 - 0.1·0.1·1 - 0.1·0.99999998 = 0.890000002
@@ -245,7 +253,9 @@ TEST_CASE("AdamW: two steps by hand", "[kernels][adamw]") {
                        .beta2 = 0.999f,
                        .epsilon = 1e-8f,
                        .weight_decay = 0.1f};
-  DeviceTensor g1(backend, s, {0.5f, -0.5f, 0.5f}), g2(backend, s, {-0.25f, 0.25f, -0.25f});
+  // The gradients are exact in bf16: a bf16 grad gives the fp32 one's update.
+  DeviceTensor g1(backend, s, {0.5f, -0.5f, 0.5f}, dtype),
+      g2(backend, s, {-0.25f, 0.25f, -0.25f}, dtype);
   backend.adamw_update(p, g1, m, v, args);  // step 1
   CARTO_CHECK_CLOSE("p after step 1", p.download(), (std::vector<double>{p1, -p1, p1}),
                     fp32_chain(10, 1.0));
@@ -259,4 +269,8 @@ TEST_CASE("AdamW: two steps by hand", "[kernels][adamw]") {
   CARTO_CHECK_CLOSE("v after step 2", v.download(), (std::vector<double>{v2, v2, v2}),
                     fp32_chain(6, 3e-4));
   CHECK_THROWS_AS(backend.adamw_update(p, g2, m, v, {.step = 0}), Error);
+  // The master weights and moments are fp32 (backend.hpp); a bf16 one is refused, naming it.
+  DeviceTensor p16(backend, s, {1.0f, -1.0f, 1.0f}, DType::bf16);
+  CHECK_THROWS_WITH(backend.adamw_update(p16, g2, m, v, second),
+                    Catch::Contains("adamw_update") && Catch::Contains("param is bf16"));
 }

@@ -1,8 +1,7 @@
 // Layernorm, softmax (scaled, causal, sharded rows), GELU, dropout, add, scale and bias: forward
-// against double references, backward against central differences of those references.
-#include <bit>
-#include <cpu/cpu_backend.hpp>
-#include <cpu/vector_math.hpp>
+// against double references, backward against central differences of those references, on the
+// backend under test in fp32 and bf16 (inputs rounded to the dtype before the references see them).
+#include <numbers>
 
 #include "kernels/kernel_support.hpp"
 
@@ -121,22 +120,25 @@ double gelu_ref(double x) {
 }  // namespace
 
 TEST_CASE("layernorm forward and backward", "[kernels][layernorm]") {
-  cpu::CpuBackend cpu;
-  Backend& backend = cpu;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   constexpr std::size_t C = 32;
   const TensorShape xs{{"b", 3}, {"s", 4}, {"h", C}}, ps{{"h", C}}, rows{{"b", 3}, {"s", 4}};
-  const std::vector<float> x = random_normal(xs.numel(), 1, 2.0f), g = random_normal(C, 2),
-                           b = random_normal(C, 3), w = random_normal(xs.numel(), 4);
+  const std::vector<float> x = random_input(xs.numel(), 1, dtype, 2.0f),
+                           g = random_input(C, 2, dtype), b = random_input(C, 3, dtype),
+                           w = random_input(xs.numel(), 4, dtype);
   const float eps = 1e-5f;
-  DeviceTensor dx_(backend, xs, x), dg(backend, ps, g), db(backend, ps, b), y(backend, xs),
-      mean(backend, rows), rstd(backend, rows);
+  DeviceTensor dx_(backend, xs, x, dtype), dg(backend, ps, g, dtype), db(backend, ps, b, dtype),
+      y(backend, xs, dtype), mean(backend, rows), rstd(backend, rows);
   backend.layernorm_forward(dx_, dg, db, y, mean, rstd, {.epsilon = eps});
   const std::vector<double> ref = layernorm_ref(to_double(x), to_double(g), to_double(b), C, eps);
   // Mean and variance are C-term sums; the output adds a few roundings after them.
-  CARTO_CHECK_CLOSE("layernorm y", y.download(), ref, fp32_chain(C + 6, max_abs(ref)));
+  CARTO_CHECK_CLOSE("layernorm y", y.download(), ref, tolerance(dtype, C + 6, max_abs(ref)));
 
-  DeviceTensor dy(backend, xs, w);
-  DeviceTensor gx = zeros(backend, xs), gg = zeros(backend, ps), gb = zeros(backend, ps);
+  DeviceTensor dy(backend, xs, w, dtype);
+  DeviceTensor gx = zeros(backend, xs, dtype), gg = zeros(backend, ps, dtype),
+               gb = zeros(backend, ps, dtype);
   backend.layernorm_backward(dy, dx_, dg, mean, rstd, gx, gg, gb);
   const auto objective_x = [&](const std::vector<double>& v) {
     return weighted_sum(layernorm_ref(v, to_double(g), to_double(b), C, eps), w);
@@ -150,31 +152,34 @@ TEST_CASE("layernorm forward and backward", "[kernels][layernorm]") {
   const std::vector<double> rx = central_difference(to_double(x), objective_x);
   const std::vector<double> rg = central_difference(to_double(g), objective_g);
   const std::vector<double> rb = central_difference(to_double(b), objective_b);
-  CARTO_CHECK_CLOSE("layernorm dx", gx.download(), rx, fp32_chain(2 * C + 8, max_abs(rx)));
+  CARTO_CHECK_CLOSE("layernorm dx", gx.download(), rx, tolerance(dtype, 2 * C + 8, max_abs(rx)));
   // dgamma and dbeta sum over the 12 rows, each term from C-term statistics.
-  CARTO_CHECK_CLOSE("layernorm dgamma", gg.download(), rg, fp32_chain(C + 12 + 8, max_abs(rg)));
-  CARTO_CHECK_CLOSE("layernorm dbeta", gb.download(), rb, fp32_chain(12 + 2, max_abs(rb)));
+  CARTO_CHECK_CLOSE("layernorm dgamma", gg.download(), rg,
+                    tolerance(dtype, C + 12 + 8, max_abs(rg)));
+  CARTO_CHECK_CLOSE("layernorm dbeta", gb.download(), rb, tolerance(dtype, 12 + 2, max_abs(rb)));
 }
 
 TEST_CASE("layernorm with the normalized dim split into 2 and 4 pieces equals the whole-row one",
           "[kernels][layernorm]") {
-  cpu::CpuBackend cpu;
-  Backend& backend = cpu;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   constexpr std::size_t C = 32, R = 12;
   const TensorShape xs{{"b", 3}, {"s", 4}, {"h", C}}, ps{{"h", C}}, rows{{"b", 3}, {"s", 4}};
   // x ~ N(1, 2²): a mean away from zero, so the one-pass variance's cancellation is exercised.
   std::vector<float> x = random_normal(xs.numel(), 60, 2.0f);
   for (float& v : x) v += 1.0f;
-  const std::vector<float> g = random_normal(C, 61), b = random_normal(C, 62),
-                           w = random_normal(xs.numel(), 63);
+  x = rounded(dtype, x);
+  const std::vector<float> g = random_input(C, 61, dtype), b = random_input(C, 62, dtype),
+                           w = random_input(xs.numel(), 63, dtype);
   const float eps = 1e-5f;
 
   // The whole-row kernels, as the first test checks them.
-  DeviceTensor whole_x(backend, xs, x), whole_g(backend, ps, g), whole_b(backend, ps, b),
-      whole_y(backend, xs), whole_mean(backend, rows), whole_rstd(backend, rows),
-      whole_dy(backend, xs, w);
-  DeviceTensor whole_dx = zeros(backend, xs), whole_dg = zeros(backend, ps),
-               whole_db = zeros(backend, ps);
+  DeviceTensor whole_x(backend, xs, x, dtype), whole_g(backend, ps, g, dtype),
+      whole_b(backend, ps, b, dtype), whole_y(backend, xs, dtype), whole_mean(backend, rows),
+      whole_rstd(backend, rows), whole_dy(backend, xs, w, dtype);
+  DeviceTensor whole_dx = zeros(backend, xs, dtype), whole_dg = zeros(backend, ps, dtype),
+               whole_db = zeros(backend, ps, dtype);
   backend.layernorm_forward(whole_x, whole_g, whole_b, whole_y, whole_mean, whole_rstd,
                             {.epsilon = eps});
   backend.layernorm_backward(whole_dy, whole_x, whole_g, whole_mean, whole_rstd, whole_dx, whole_dg,
@@ -209,10 +214,10 @@ TEST_CASE("layernorm with the normalized dim split into 2 and 4 pieces equals th
         sums_shape{{"b", 3}, {"s", 4}, {"sums", 2}};
     std::vector<DeviceTensor> px, pg, pb, pdy;
     for (std::size_t p = 0; p < pieces; ++p) {
-      px.emplace_back(backend, ls, columns_of(x, C, p * local, local));
-      pg.emplace_back(backend, lp, columns_of(g, C, p * local, local));
-      pb.emplace_back(backend, lp, columns_of(b, C, p * local, local));
-      pdy.emplace_back(backend, ls, columns_of(w, C, p * local, local));
+      px.emplace_back(backend, ls, columns_of(x, C, p * local, local), dtype);
+      pg.emplace_back(backend, lp, columns_of(g, C, p * local, local), dtype);
+      pb.emplace_back(backend, lp, columns_of(b, C, p * local, local), dtype);
+      pdy.emplace_back(backend, ls, columns_of(w, C, p * local, local), dtype);
     }
     // What the all-reduce does: the pieces' sums added in fp32, in rank order.
     const auto all_reduce = [&](const auto& partial) {
@@ -231,7 +236,7 @@ TEST_CASE("layernorm with the normalized dim split into 2 and 4 pieces equals th
     std::vector<float> y(x.size()), dx(x.size()), dg(C), db(C), mean, rstd;
     std::vector<DeviceTensor> pmean, prstd;
     for (std::size_t p = 0; p < pieces; ++p) {
-      DeviceTensor py(backend, ls);
+      DeviceTensor py(backend, ls, dtype);
       pmean.emplace_back(backend, rows);
       prstd.emplace_back(backend, rows);
       backend.layernorm_apply(px[p], forward_sums, C, pg[p], pb[p], py, pmean[p], prstd[p],
@@ -249,7 +254,8 @@ TEST_CASE("layernorm with the normalized dim split into 2 and 4 pieces equals th
       backend.layernorm_backward_partial_sums(pdy[p], px[p], pg[p], pmean[p], prstd[p], sums);
     });
     for (std::size_t p = 0; p < pieces; ++p) {
-      DeviceTensor pdx = zeros(backend, ls), pdg = zeros(backend, lp), pdb = zeros(backend, lp);
+      DeviceTensor pdx = zeros(backend, ls, dtype), pdg = zeros(backend, lp, dtype),
+                   pdb = zeros(backend, lp, dtype);
       backend.layernorm_backward_apply(pdy[p], px[p], pg[p], pmean[p], prstd[p], backward_sums, C,
                                        pdx, pdg, pdb);
       place_columns(pdx.download(), C, p * local, dx);
@@ -265,12 +271,12 @@ TEST_CASE("layernorm with the normalized dim split into 2 and 4 pieces equals th
     const Tolerance t_mean = fp32_chain(sums_chain + 1, mean_abs);
     const Tolerance t_rstd = fp32_chain(rstd_chain, max_abs(ref.rstd));
     // y: x - mean, two products and a sum after rstd.
-    const Tolerance t_y = fp32_chain(rstd_chain + 4, max_abs(ref.y));
+    const Tolerance t_y = tolerance(dtype, rstd_chain + 4, max_abs(ref.y));
     // dx: x̂ carries rstd's error; the backward sums add their own chain and 6 roundings follow.
-    const Tolerance t_dx = fp32_chain(2 * rstd_chain + sums_chain + 8, max_abs(grad.dx));
+    const Tolerance t_dx = tolerance(dtype, 2 * rstd_chain + sums_chain + 8, max_abs(grad.dx));
     // dgamma: a sum over the R rows of dy·x̂; dbeta: the same R-term sum as the whole-row kernel.
-    const Tolerance t_dg = fp32_chain(rstd_chain + R + 4, max_abs(grad.dgamma));
-    const Tolerance t_db = fp32_chain(R + 2, max_abs(grad.dbeta));
+    const Tolerance t_dg = tolerance(dtype, rstd_chain + R + 4, max_abs(grad.dgamma));
+    const Tolerance t_db = tolerance(dtype, R + 2, max_abs(grad.dbeta));
     CARTO_CHECK_CLOSE("split mean", mean, ref.mean, t_mean);
     CARTO_CHECK_CLOSE("split rstd", rstd, ref.rstd, t_rstd);
     CARTO_CHECK_CLOSE("split y", y, ref.y, t_y);
@@ -281,17 +287,17 @@ TEST_CASE("layernorm with the normalized dim split into 2 and 4 pieces equals th
     // Against the whole-row kernels, each within the first test's tolerances of the exact values
     // (C-term float sums: chains C + 6, 2C + 8, C + R + 8, R + 2).
     CARTO_CHECK_CLOSE("split vs whole y", y, to_double(whole_y.download()),
-                      combined(t_y, fp32_chain(C + 6, max_abs(ref.y))));
+                      combined(t_y, tolerance(dtype, C + 6, max_abs(ref.y))));
     CARTO_CHECK_CLOSE("split vs whole mean", mean, to_double(whole_mean.download()),
                       combined(t_mean, fp32_chain(C + 1, mean_abs)));
     CARTO_CHECK_CLOSE("split vs whole rstd", rstd, to_double(whole_rstd.download()),
                       combined(t_rstd, fp32_chain(C + 4, max_abs(ref.rstd))));
     CARTO_CHECK_CLOSE("split vs whole dx", dx, to_double(whole_dx.download()),
-                      combined(t_dx, fp32_chain(2 * C + 8, max_abs(grad.dx))));
+                      combined(t_dx, tolerance(dtype, 2 * C + 8, max_abs(grad.dx))));
     CARTO_CHECK_CLOSE("split vs whole dgamma", dg, to_double(whole_dg.download()),
-                      combined(t_dg, fp32_chain(C + R + 8, max_abs(grad.dgamma))));
+                      combined(t_dg, tolerance(dtype, C + R + 8, max_abs(grad.dgamma))));
     CARTO_CHECK_CLOSE("split vs whole dbeta", db, to_double(whole_db.download()),
-                      combined(t_db, fp32_chain(R + 2, max_abs(grad.dbeta))));
+                      combined(t_db, tolerance(dtype, R + 2, max_abs(grad.dbeta))));
   }
 
   DeviceTensor bad_sums(backend, {{"b", 3}, {"s", 4}, {"sums", 3}});
@@ -304,20 +310,22 @@ TEST_CASE("layernorm with the normalized dim split into 2 and 4 pieces equals th
 
 TEST_CASE("softmax forward and backward, scaled, with and without the causal mask",
           "[kernels][softmax]") {
-  cpu::CpuBackend cpu;
-  Backend& backend = cpu;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   constexpr std::size_t S = 7;
   const TensorShape s{{"b", 2}, {"heads", 3}, {"q", S}, {"k", S}};
-  const std::vector<float> x = random_normal(s.numel(), 10, 2.0f), w = random_normal(s.numel(), 11);
+  const std::vector<float> x = random_input(s.numel(), 10, dtype, 2.0f),
+                           w = random_input(s.numel(), 11, dtype);
   for (Masking masking : {Masking::none, Masking::causal}) {
     const bool causal = masking == Masking::causal;
     INFO("causal " << causal);
     const SoftmaxArgs args{.scale = 0.35f, .masking = masking};
-    DeviceTensor in(backend, s, x), y(backend, s);
+    DeviceTensor in(backend, s, x, dtype), y(backend, s, dtype);
     backend.softmax_forward(in, y, args);
     const std::vector<double> ref = softmax_ref(to_double(x), S, S, 0.35, causal);
     // A row: S exps and an S-term sum, then a division.
-    CARTO_CHECK_CLOSE("softmax y", y.download(), ref, fp32_chain(S + 6, max_abs(ref)));
+    CARTO_CHECK_CLOSE("softmax y", y.download(), ref, tolerance(dtype, S + 6, max_abs(ref)));
     if (causal) {
       const std::vector<float> got = y.download();
       std::int64_t nonzero_masked = 0;
@@ -326,29 +334,32 @@ TEST_CASE("softmax forward and backward, scaled, with and without the causal mas
       CHECK(nonzero_masked == 0);  // masked probabilities are exactly zero
     }
 
-    DeviceTensor dy(backend, s, w);
-    DeviceTensor dx = zeros(backend, s);
+    DeviceTensor dy(backend, s, w, dtype);
+    DeviceTensor dx = zeros(backend, s, dtype);
     backend.softmax_backward(y, dy, dx, args);
     const std::vector<double> rx =
         central_difference(to_double(x), [&](const std::vector<double>& v) {
           return weighted_sum(softmax_ref(v, S, S, 0.35, causal), w);
         });
-    CARTO_CHECK_CLOSE("softmax dx", dx.download(), rx, fp32_chain(2 * S + 8, max_abs(rx)));
+    // In bf16 the backward reads y as stored: one bf16-rounded intermediate.
+    CARTO_CHECK_CLOSE("softmax dx", dx.download(), rx, tolerance(dtype, 2 * S + 8, max_abs(rx), 1));
   }
 }
 
 TEST_CASE("softmax on a shard of query rows masks by global positions", "[kernels][softmax]") {
-  cpu::CpuBackend backend;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   constexpr std::int64_t S = 8;
   const TensorShape whole{{"heads", 2}, {"q", S}, {"k", S}};
-  const std::vector<float> x = random_normal(whole.numel(), 20);
-  DeviceTensor in(backend, whole, x), y(backend, whole);
+  const std::vector<float> x = random_input(whole.numel(), 20, dtype);
+  DeviceTensor in(backend, whole, x, dtype), y(backend, whole, dtype);
   const SoftmaxArgs full{.scale = 0.5f, .masking = Masking::causal};
   backend.softmax_forward(in, y, full);
   const std::vector<float> all = y.download();
   // The query rows [4, 8) of each head alone, placed in the global (2, 8, 8).
   const TensorShape half{{"heads", 2}, {"q", S / 2}, {"k", S}};
-  DeviceTensor part(backend, half), part_y(backend, half);
+  DeviceTensor part(backend, half, dtype), part_y(backend, half, dtype);
   backend.copy_box(in, {.offset = {0, S / 2, 0}, .extent = {2, S / 2, S}}, part, {0, 0, 0},
                    CopyMode::assign);
   backend.softmax_forward(part, part_y,
@@ -365,70 +376,43 @@ TEST_CASE("softmax on a shard of query rows masks by global positions", "[kernel
   CHECK(wrong == 0);  // the same row computes the same bits wherever it lives
 }
 
-// The exp behind softmax, attention, cross-entropy and GELU, against exp in double at every
-// 257th float of its normal range (8.7 million arguments), and at the edges it documents.
-TEST_CASE("the kernels' vectorized exp is within 2 ulp", "[kernels][exp]") {
-  using cpu::detail::exp_approx;
-  const auto bits = [](float f) { return std::bit_cast<std::uint32_t>(f); };
-  double worst = 0;
-  float worst_at = 0;
-  std::int64_t over = 0;
-  for (const float sign : {1.0f, -1.0f}) {
-    const float limit = sign > 0 ? 88.3762f : -87.3365f;
-    for (std::uint32_t b = 0; b <= bits(std::fabs(limit)); b += 257) {
-      const float x = sign * std::bit_cast<float>(b);
-      const double exact = std::exp(static_cast<double>(x));
-      const auto rounded = static_cast<float>(exact);
-      const double ulp = std::nextafter(rounded, INFINITY) - rounded;
-      const double err = std::fabs(static_cast<double>(exp_approx(x)) - exact) / ulp;
-      over += err > 2.0;
-      if (err > worst) {
-        worst = err;
-        worst_at = x;
-      }
-    }
-  }
-  INFO("worst " << worst << " ulp at " << worst_at);
-  CHECK(over == 0);
-  CHECK(exp_approx(0.0f) == 1.0f);
-  CHECK(exp_approx(-INFINITY) == 0.0f);  // masked scores
-  CHECK(exp_approx(-100.0f) == 0.0f);    // below FLT_MIN: 0, not a subnormal
-  CHECK(exp_approx(89.0f) == INFINITY);
-  CHECK(std::isnan(exp_approx(NAN)));
-}
-
 TEST_CASE("GELU (tanh approximation) forward and backward", "[kernels][gelu]") {
-  cpu::CpuBackend cpu;
-  Backend& backend = cpu;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   const TensorShape s{{"n", 257}};
-  const std::vector<float> x = random_normal(s.numel(), 30, 3.0f), w = random_normal(s.numel(), 31);
-  DeviceTensor in(backend, s, x), y(backend, s);
+  const std::vector<float> x = random_input(s.numel(), 30, dtype, 3.0f),
+                           w = random_input(s.numel(), 31, dtype);
+  DeviceTensor in(backend, s, x, dtype), y(backend, s, dtype);
   backend.gelu_forward(in, y);
   std::vector<double> ref(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) ref[i] = gelu_ref(x[i]);
   // About 8 roundings (the cubic, tanh, the products); 1 + tanh cancels for x << 0, where atol
   // holds.
-  CARTO_CHECK_CLOSE("gelu y", y.download(), ref, fp32_chain(8, max_abs(ref)));
-  DeviceTensor dy(backend, s, w);
-  DeviceTensor dx = zeros(backend, s);
+  CARTO_CHECK_CLOSE("gelu y", y.download(), ref, tolerance(dtype, 8, max_abs(ref)));
+  // dx starts nonzero: the backward adds into what it holds.
+  const std::vector<float> dx0 = random_input(s.numel(), 32, dtype);
+  DeviceTensor dy(backend, s, w, dtype), dx(backend, s, dx0, dtype);
   backend.gelu_backward(in, dy, dx);
-  const std::vector<double> rx =
-      central_difference(to_double(x), [&](const std::vector<double>& v) {
-        double total = 0;
-        for (std::size_t i = 0; i < v.size(); ++i) total += w[i] * gelu_ref(v[i]);
-        return total;
-      });
-  CARTO_CHECK_CLOSE("gelu dx", dx.download(), rx, fp32_chain(12, max_abs(rx)));
+  std::vector<double> rx = central_difference(to_double(x), [&](const std::vector<double>& v) {
+    double total = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) total += w[i] * gelu_ref(v[i]);
+    return total;
+  });
+  for (std::size_t i = 0; i < rx.size(); ++i) rx[i] += dx0[i];
+  CARTO_CHECK_CLOSE("gelu dx", dx.download(), rx, tolerance(dtype, 13, max_abs(rx)));
 }
 
 TEST_CASE("dropout: the mask is the RNG's at global indices, on any shard", "[kernels][dropout]") {
-  cpu::CpuBackend cpu;
-  Backend& backend = cpu;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   const TensorShape s{{"b", 4}, {"s", 6}, {"h", 10}};
-  const std::vector<float> x = random_normal(s.numel(), 40), w = random_normal(s.numel(), 41);
+  const std::vector<float> x = random_input(s.numel(), 40, dtype),
+                           w = random_input(s.numel(), 41, dtype);
   const DropoutArgs args{.probability = 0.25f,
                          .rng = {.seed = 9, .id = stream_id(RngPurpose::dropout, 1, 3)}};
-  DeviceTensor in(backend, s, x), y(backend, s);
+  DeviceTensor in(backend, s, x, dtype), y(backend, s, dtype);
   backend.dropout_forward(in, y, args);
   const std::vector<float> got = y.download();
   std::vector<double> ref(x.size());
@@ -441,20 +425,21 @@ TEST_CASE("dropout: the mask is the RNG's at global indices, on any shard", "[ke
   }
   CHECK(dropped > 0);
   CHECK(dropped < s.numel());
-  CARTO_CHECK_CLOSE("dropout y", got, ref, fp32_chain(2, max_abs(ref)));  // 1/(1-p), then x·that
+  // 1/(1-p), then x·that
+  CARTO_CHECK_CLOSE("dropout y", got, ref, tolerance(dtype, 2, max_abs(ref)));
 
   // Backward adds mask·dy/(1-p) into what dx holds.
-  DeviceTensor dy(backend, s, w), dx(backend, s, x);
+  DeviceTensor dy(backend, s, w, dtype), dx(backend, s, x, dtype);
   backend.dropout_backward(dy, dx, args);
   std::vector<double> rdx(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     rdx[i] = x[i] + (rng::keep(args.rng, static_cast<std::int64_t>(i), 0.25f) ? w[i] / 0.75 : 0.0);
   }
-  CARTO_CHECK_CLOSE("dropout dx", dx.download(), rdx, fp32_chain(3, max_abs(rdx)));
+  CARTO_CHECK_CLOSE("dropout dx", dx.download(), rdx, tolerance(dtype, 3, max_abs(rdx)));
 
   // A (2, 6, 5) shard at (2, 0, 5) draws the mask of those global elements: bitwise equal outputs.
   const TensorShape ls{{"b", 2}, {"s", 6}, {"h", 5}};
-  DeviceTensor part(backend, ls), part_y(backend, ls);
+  DeviceTensor part(backend, ls, dtype), part_y(backend, ls, dtype);
   backend.copy_box(in, {.offset = {2, 0, 5}, .extent = {2, 6, 5}}, part, {0, 0, 0},
                    CopyMode::assign);
   DropoutArgs shard = args;
@@ -470,10 +455,11 @@ TEST_CASE("dropout: the mask is the RNG's at global indices, on any shard", "[ke
   CHECK(wrong == 0);
 
   // Rows longer than the kernel's batches of Philox blocks (64 words), starting inside a block:
-  // still rng::keep's mask at every global index, and y = x · fl(1 / (1 - p)) exactly.
+  // still rng::keep's mask at every global index, and y = x · fl(1 / (1 - p)) exactly (in fp32,
+  // then rounded once to the dtype).
   const TensorShape long_rows{{"r", 3}, {"c", 1000}};
-  const std::vector<float> lx = random_normal(long_rows.numel(), 42);
-  DeviceTensor long_x(backend, long_rows, lx), long_y(backend, long_rows);
+  const std::vector<float> lx = random_input(long_rows.numel(), 42, dtype);
+  DeviceTensor long_x(backend, long_rows, lx, dtype), long_y(backend, long_rows, dtype);
   DropoutArgs placed = args;
   placed.placement = {.global_extents = {5, 1003}, .offset = {1, 3}};
   backend.dropout_forward(long_x, long_y, placed);
@@ -484,44 +470,49 @@ TEST_CASE("dropout: the mask is the RNG's at global indices, on any shard", "[ke
     for (std::int64_t c = 0; c < 1000; ++c) {
       const auto i = static_cast<std::size_t>(r * 1000 + c);
       const bool keep = rng::keep(args.rng, (1 + r) * 1003 + 3 + c, 0.25f);
-      wrong_mask += ly[i] != (keep ? lx[i] * kept : 0.0f);
+      wrong_mask += ly[i] != rounded(dtype, keep ? lx[i] * kept : 0.0f);
     }
   }
   CHECK(wrong_mask == 0);
 }
 
 TEST_CASE("add, scale, add_scaled, bias and bias backward", "[kernels][elementwise]") {
-  cpu::CpuBackend cpu;
-  Backend& backend = cpu;
+  Backend& backend = test_backend();
+  const DType dtype = CARTO_TEST_DTYPES();
+  INFO(test_backend_name() << ", " << dtype);
   const TensorShape s{{"b", 3}, {"s", 5}, {"h", 8}}, ps{{"s", 5}, {"h", 8}};
-  const std::vector<float> a = random_normal(s.numel(), 50), b = random_normal(s.numel(), 51),
-                           p = random_normal(ps.numel(), 52);
-  DeviceTensor da(backend, s, a), db(backend, s, b), dp(backend, ps, p), y(backend, s);
+  const std::vector<float> a = random_input(s.numel(), 50, dtype),
+                           b = random_input(s.numel(), 51, dtype),
+                           p = random_input(ps.numel(), 52, dtype);
+  DeviceTensor da(backend, s, a, dtype), db(backend, s, b, dtype), dp(backend, ps, p, dtype),
+      y(backend, s, dtype);
   std::vector<double> ref(a.size());
 
   backend.add(da, db, y);
   for (std::size_t i = 0; i < a.size(); ++i) ref[i] = double{a[i]} + b[i];
-  CARTO_CHECK_CLOSE("add", y.download(), ref, fp32_chain(1, max_abs(ref)));
+  CARTO_CHECK_CLOSE("add", y.download(), ref, tolerance(dtype, 1, max_abs(ref)));
 
   backend.scale(da, 0.3f, y);
   for (std::size_t i = 0; i < a.size(); ++i) ref[i] = 0.3 * a[i];
-  CARTO_CHECK_CLOSE("scale", y.download(), ref, fp32_chain(2, max_abs(ref)));  // 0.3f itself rounds
+  // 0.3f itself rounds
+  CARTO_CHECK_CLOSE("scale", y.download(), ref, tolerance(dtype, 2, max_abs(ref)));
 
   backend.add_scaled(db, -2.0f, y);  // y = 0.3 a - 2 b
   for (std::size_t i = 0; i < a.size(); ++i) ref[i] = 0.3 * a[i] - 2.0 * b[i];
-  CARTO_CHECK_CLOSE("add_scaled", y.download(), ref, fp32_chain(4, max_abs(ref)));
+  // In bf16 y held 0.3·a rounded: one intermediate.
+  CARTO_CHECK_CLOSE("add_scaled", y.download(), ref, tolerance(dtype, 4, max_abs(ref), 1));
 
   // The position table (S, H) broadcast over the batch, as GPT-2's embedding adds it.
   backend.bias_forward(da, dp, y);
   for (std::size_t i = 0; i < a.size(); ++i) ref[i] = double{a[i]} + p[i % p.size()];
-  CARTO_CHECK_CLOSE("bias", y.download(), ref, fp32_chain(1, max_abs(ref)));
+  CARTO_CHECK_CLOSE("bias", y.download(), ref, tolerance(dtype, 1, max_abs(ref)));
 
-  DeviceTensor gp(backend, ps, p);  // accumulates onto p
+  DeviceTensor gp(backend, ps, p, dtype);  // accumulates onto p
   backend.bias_backward(db, gp);
   std::vector<double> rp(p.begin(), p.end());
   for (std::size_t i = 0; i < b.size(); ++i) rp[i % p.size()] += b[i];
-  CARTO_CHECK_CLOSE("bias backward", gp.download(), rp, fp32_chain(4, max_abs(rp)));
+  CARTO_CHECK_CLOSE("bias backward", gp.download(), rp, tolerance(dtype, 4, max_abs(rp)));
 
-  DeviceTensor wrong(backend, {{"h", 5}});
+  DeviceTensor wrong(backend, {{"h", 5}}, dtype);
   CHECK_THROWS_AS(backend.bias_forward(da, wrong, y), Error);
 }

@@ -25,10 +25,15 @@ std::string describe_mpi(int code) {
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
 
-// Reductions are fp32 (Communicator checks it); everything else moves bytes.
+// fp32 reductions are MPI's own (MPI_FLOAT); bf16 ones are done here (see mpi_comm.hpp).
 MPI_Datatype reduce_type(DType dtype) {
-  CARTO_CHECK(dtype == DType::fp32, "MPI reductions take fp32, got ", dtype);
+  CARTO_CHECK(dtype == DType::fp32, "MPI reductions of MPI_FLOAT take fp32, got ", dtype);
   return MPI_FLOAT;
+}
+
+// Element r·n/size of n: where rank r's chunk of an all_reduce starts.
+std::size_t chunk_start(std::size_t n, int r, int size) {
+  return n * static_cast<std::size_t>(r) / static_cast<std::size_t>(size);
 }
 
 int mpi_count(std::size_t n, std::string_view what, const Communicator& comm) {
@@ -83,8 +88,59 @@ std::unique_ptr<MpiComm> MpiComm::world() {
   return std::unique_ptr<MpiComm>(new MpiComm(std::move(group), rank, std::move(handle)));
 }
 
+// bf16: every rank sends chunk j of its buffer to rank j (MPI_Alltoallv), rank j reduces what it
+// received in rank order in fp32 and rounds once, and the reduced chunks are all-gathered
+// (MPI_Allgatherv, in place). Each element is reduced by one rank, so every rank holds its bits.
+Work MpiComm::bf16_all_reduce(std::span<const std::byte> send, std::span<std::byte> recv,
+                              ReduceOp op) {
+  const int n = size(), me = rank();
+  const std::size_t elems = recv.size() / sizeof(Bf16);
+  const auto bytes_of = [](std::size_t e) { return e * sizeof(Bf16); };
+  std::vector<int> counts(static_cast<std::size_t>(n)), displs(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const std::size_t lo = chunk_start(elems, r, n), hi = chunk_start(elems, r + 1, n);
+    counts[static_cast<std::size_t>(r)] = mpi_count(bytes_of(hi - lo), "all_reduce bytes", *this);
+    displs[static_cast<std::size_t>(r)] = mpi_count(bytes_of(lo), "all_reduce bytes", *this);
+  }
+  const int mine = counts[static_cast<std::size_t>(me)];
+  const std::size_t mine_u = static_cast<std::size_t>(mine);
+  std::vector<std::byte> gathered(mine_u * static_cast<std::size_t>(n));
+  std::vector<int> recv_counts(static_cast<std::size_t>(n), mine), recv_displs;
+  std::vector<const std::byte*> sources;
+  for (int r = 0; r < n; ++r) {
+    recv_displs.push_back(mpi_count(mine_u * static_cast<std::size_t>(r), "all_reduce", *this));
+    sources.push_back(gathered.data() + mine_u * static_cast<std::size_t>(r));
+  }
+  CARTO_MPI_CHECK(MPI_Alltoallv(send.data(), counts.data(), displs.data(), MPI_BYTE,
+                                gathered.data(), recv_counts.data(), recv_displs.data(), MPI_BYTE,
+                                handle_->comm));
+  detail::reduce_in_rank_order(recv.data() + displs[static_cast<std::size_t>(me)], sources, 0,
+                               mine_u / sizeof(Bf16), DType::bf16, op);
+  CARTO_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv.data(), counts.data(),
+                                 displs.data(), MPI_BYTE, handle_->comm));
+  return {};
+}
+
+// bf16: chunk j of every rank's send goes to rank j (MPI_Alltoall), which reduces them in rank
+// order in fp32 and rounds once into recv.
+Work MpiComm::bf16_reduce_scatter(std::span<const std::byte> send, std::span<std::byte> recv,
+                                  ReduceOp op) {
+  const std::size_t chunk = recv.size();
+  const int bytes = mpi_count(chunk, "reduce_scatter bytes", *this);
+  mpi_count(send.size(), "reduce_scatter bytes", *this);
+  std::vector<std::byte> gathered(send.size());
+  CARTO_MPI_CHECK(
+      MPI_Alltoall(send.data(), bytes, MPI_BYTE, gathered.data(), bytes, MPI_BYTE, handle_->comm));
+  std::vector<const std::byte*> sources;
+  for (int r = 0; r < size(); ++r)
+    sources.push_back(gathered.data() + chunk * static_cast<std::size_t>(r));
+  detail::reduce_in_rank_order(recv.data(), sources, 0, chunk / sizeof(Bf16), DType::bf16, op);
+  return {};
+}
+
 Work MpiComm::do_all_reduce(std::span<const std::byte> send, std::span<std::byte> recv, DType dtype,
                             ReduceOp op, CommStream) {
+  if (dtype == DType::bf16) return bf16_all_reduce(send, recv, op);
   const int count = mpi_count(recv.size() / sizeof(float), "all_reduce", *this);
   const void* src = send.data() == recv.data() ? MPI_IN_PLACE : send.data();
   CARTO_MPI_CHECK(
@@ -110,6 +166,7 @@ Work MpiComm::do_all_gather(std::span<const std::byte> send, std::span<std::byte
 
 Work MpiComm::do_reduce_scatter(std::span<const std::byte> send, std::span<std::byte> recv,
                                 DType dtype, ReduceOp op, CommStream) {
+  if (dtype == DType::bf16) return bf16_reduce_scatter(send, recv, op);
   const int count = mpi_count(recv.size() / sizeof(float), "reduce_scatter", *this);
   mpi_count(send.size() / sizeof(float), "reduce_scatter", *this);
   const bool in_place =

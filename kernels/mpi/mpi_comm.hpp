@@ -8,6 +8,14 @@
 // communicators return errors instead of aborting, MPI_ERRORS_RETURN), so a failed call throws a
 // carto::Error naming the call and MPI's description. This header does not include <mpi.h>.
 //
+// bf16 reductions: MPI has no bf16 type, and a user-defined MPI_Op on a 2-byte type would round
+// to bf16 after every pairwise step of MPI's reduction tree. So MpiComm reduces bf16 itself, as
+// the Communicator contract asks (fp32 in rank order, one rounding): reduce_scatter exchanges the
+// chunks with MPI_Alltoall and each rank reduces the size() pieces of its own chunk in rank order;
+// all_reduce does the same on size() near-equal chunks (MPI_Alltoallv) and then all-gathers the
+// reduced chunks (MPI_Allgatherv), the traffic of a ring all-reduce. The staging buffers are host
+// vectors of size() chunks. fp32 reductions stay MPI's (MPI_FLOAT with MPI_SUM / MPI_MAX).
+//
 // Failure: an MPI rank cannot tell the others that it failed, so mpi::run() ends the whole job with
 // MPI_Abort when the body of any rank throws, after printing the rank and the message: the other
 // ranks end within a bounded time, never hang in a collective.
@@ -54,6 +62,8 @@ class MpiComm final : public Communicator {
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override;
 
  private:
+  Work bf16_all_reduce(std::span<const std::byte> send, std::span<std::byte> recv, ReduceOp op);
+  Work bf16_reduce_scatter(std::span<const std::byte> send, std::span<std::byte> recv, ReduceOp op);
   struct Handle;  // the MPI_Comm, defined where <mpi.h> is included
   MpiComm(CommGroup group, int rank, std::unique_ptr<Handle> handle);
   std::unique_ptr<Handle> handle_;

@@ -6,11 +6,19 @@
 // computed here from the mesh alone (not asked of the communicator), so a group with the wrong
 // ranks or the wrong order fails. Each case counts wrong elements (and changes to an out-of-place
 // send buffer) instead of stopping at the first.
+//
+// bf16 reductions get values of their own (value_bf16): bf16 numbers ±m·2^(e-7) with an 8-bit
+// significand m and e in [-3, 3], so they are multiples of 2^-10 below 32 in magnitude and a sum
+// over at most 8 ranks needs at most 18 significant bits: exact in fp32 and in double. The
+// expected sum is that exact sum (computed in double) rounded to bf16 once; a communicator that
+// rounded after each addition, or summed in bf16, differs on some elements.
 #pragma once
 
 #include <algorithm>
+#include <carto/runtime/bf16.hpp>
 #include <carto/runtime/communicator.hpp>
 #include <carto/spec.hpp>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -32,6 +40,19 @@ inline float value(std::uint64_t seed, int world_rank, std::int64_t index) {
   const std::uint64_t h = splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(world_rank) + 1) ^
                                      (static_cast<std::uint64_t>(index) * 0xD1B54A32D192ED03ull));
   return static_cast<float>(static_cast<std::int64_t>(h % 129) - 64);
+}
+
+// A bf16 value ±m·2^(e-7), m in [128, 255], e in [-3, 3] (see the design note).
+inline Bf16 value_bf16(std::uint64_t seed, int world_rank, std::int64_t index) {
+  const std::uint64_t h =
+      splitmix64(seed ^ 0xBF16ull ^ splitmix64(static_cast<std::uint64_t>(world_rank) + 1) ^
+                 (static_cast<std::uint64_t>(index) * 0xD1B54A32D192ED03ull));
+  const auto m = static_cast<double>(128 + h % 128);
+  const int e = static_cast<int>((h >> 8) % 7) - 3;
+  const double v = ((h >> 16) & 1u) != 0 ? -m : m;
+  const Bf16 b = to_bf16(static_cast<float>(std::ldexp(v, e - 7)));
+  CARTO_CHECK(static_cast<double>(to_float(b)) == std::ldexp(v, e - 7), "value_bf16 is not exact");
+  return b;
 }
 
 // Written where a result must land, never a possible value.
@@ -229,6 +250,60 @@ inline void run_group_cases(Communicator& comm, const std::vector<int>& members,
           }
         }
       }
+      for (const ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+        // bf16 all_reduce and reduce_scatter: element i is op over members of value_bf16(m, i),
+        // in double (exact here), rounded to bf16 once.
+        auto val16 = [&](int rank, std::size_t i) {
+          return value_bf16(seed, rank, static_cast<std::int64_t>(i));
+        };
+        auto reduce16 = [&](std::size_t i) {
+          double acc = to_float(val16(members[0], i));
+          for (std::size_t m = 1; m < nu; ++m) {
+            const double v = to_float(val16(members[m], i));
+            acc = op == ReduceOp::sum ? acc + v : std::max(acc, v);
+          }
+          return round_to_bf16(static_cast<float>(acc));  // exact in fp32: one rounding
+        };
+        const std::string kind = std::string(to_string_view(op)) + " bf16" + pl + sz;
+        {
+          CaseResult& res = start("all_reduce " + kind);
+          Checker c(res);
+          std::vector<Bf16> send(count);
+          std::vector<Bf16> recv(count, to_bf16(kSentinel));
+          for (std::size_t i = 0; i < count; ++i) send[i] = val16(w, i);
+          if (in) {
+            comm.all_reduce(std::span<Bf16>(send), op).wait();
+            for (std::size_t i = 0; i < count; ++i)
+              c.expect("buffer", i, to_float(send[i]), reduce16(i));
+          } else {
+            comm.all_reduce(std::span<const Bf16>(send), std::span<Bf16>(recv), op).wait();
+            for (std::size_t i = 0; i < count; ++i) {
+              c.expect("recv", i, to_float(recv[i]), reduce16(i));
+              c.expect("send", i, to_float(send[i]), to_float(val16(w, i)));
+            }
+          }
+        }
+        {
+          CaseResult& res = start("reduce_scatter " + kind);
+          Checker c(res);
+          std::vector<Bf16> send(count * nu);
+          std::vector<Bf16> recv(count, to_bf16(kSentinel));
+          for (std::size_t k = 0; k < send.size(); ++k) send[k] = val16(w, k);
+          if (in) {
+            comm.reduce_scatter_in_place(std::span<Bf16>(send), op).wait();
+            for (std::size_t i = 0; i < count; ++i) {
+              c.expect("buffer", r * count + i, to_float(send[r * count + i]),
+                       reduce16(r * count + i));
+            }
+          } else {
+            comm.reduce_scatter(std::span<const Bf16>(send), std::span<Bf16>(recv), op).wait();
+            for (std::size_t i = 0; i < count; ++i)
+              c.expect("recv", i, to_float(recv[i]), reduce16(r * count + i));
+            for (std::size_t k = 0; k < send.size(); ++k)
+              c.expect("send", k, to_float(send[k]), to_float(val16(w, k)));
+          }
+        }
+      }
       for (const int root : {0, n - 1}) {
         // broadcast: recv[i] = value(member root, i); off the root the send buffer is empty.
         CaseResult& res = start("broadcast from " + std::to_string(root) + pl + sz);
@@ -249,6 +324,19 @@ inline void run_group_cases(Communicator& comm, const std::vector<int>& members,
         }
       }
     }
+  }
+  {
+    // A bf16 sum that only one rounding gets right: rank 0 holds 1, every other rank 2^-9. Rounded
+    // after each addition the sum stays 1 (2^-9 is below half of bf16's ulp at 1, 2^-8); rounded
+    // once, (n - 1)·2^-9 >= half an ulp for n >= 4 lifts it above 1.
+    CaseResult& res = start("all_reduce sum bf16 rounds once");
+    Checker c(res);
+    std::vector<Bf16> buf(3, to_bf16(comm.rank() == 0 ? 1.0f : 0x1.0p-9f));
+    comm.all_reduce(std::span<Bf16>(buf), ReduceOp::sum).wait();
+    const float want = round_to_bf16(static_cast<float>(1.0 + (n - 1) * 0x1.0p-9));
+    for (std::size_t i = 0; i < buf.size(); ++i) c.expect("buffer", i, to_float(buf[i]), want);
+    if (n >= 4)
+      c.expect("the case itself (rounded once, not 1)", 0, want == 1.0f ? 0.0f : 1.0f, 1.0f);
   }
   comm.barrier().wait();
 }

@@ -221,9 +221,14 @@ TEST_CASE("communicator: argument checks name the call and the rule", "[comm][th
   std::vector<float> g(8, 0.0f);
   CHECK_THROWS_WITH(comm->all_gather(std::span<const float>(g.data(), 4), std::span<float>(g)),
                     Catch::Contains("overlap without being in place"));
-  std::vector<std::byte> bf16(8);
-  CHECK_THROWS_WITH(comm->all_reduce(bf16, bf16, DType::bf16, ReduceOp::sum),
-                    Catch::Contains("reduces fp32 only; got bf16"));
+  std::vector<std::byte> fp16(8);
+  CHECK_THROWS_WITH(
+      comm->all_reduce(fp16, fp16, DType::fp16, ReduceOp::sum),
+      Catch::Contains("all_reduce") && Catch::Contains("reduces fp32 and bf16; got fp16"));
+  CHECK_THROWS_WITH(comm->reduce_scatter(std::span<const std::byte>(fp16.data(), 8),
+                                         std::span<std::byte>(fp16.data() + 2, 4), DType::fp8_e5m2,
+                                         ReduceOp::max),
+                    Catch::Contains("reduce_scatter") && Catch::Contains("got fp8_e5m2"));
   CHECK_THROWS_WITH(comm->split(-1, 0, "bad"), Catch::Contains("color >= 0"));
   CHECK(comm->describe() == "rank 1 of 2 in group 'world' (world rank 1)");
   world.finish(0);

@@ -12,8 +12,11 @@
 //   broadcast       recv = send of `root`                              (N; send ignored off root)
 // In place follows NCCL's aliasing rules: all_reduce, all_to_all and broadcast with send == recv;
 // all_gather with send == recv + rank·N; reduce_scatter with recv == send + rank·N. Any other
-// overlap of send and recv is an error. Buffers are byte spans plus a DType so 16-bit types can
-// follow; reductions support fp32 today (the others move bytes and take any dtype).
+// overlap of send and recv is an error. Buffers are byte spans plus a DType. Reductions take fp32
+// and bf16 (the others move bytes and take any dtype). A bf16 reduction reduces each element in
+// fp32 in rank order 0..size-1 and rounds the result to bf16 once (to nearest even, bf16.hpp), so
+// it is as exact as the fp32 reduction of the same values followed by one store, and every rank
+// holds the same bits (reduce_in_rank_order below; each communicator says where it runs it).
 //
 // Every collective is issued on a Stream and returns a Work handle; wait() blocks until the result
 // is in recv and rethrows the collective's failure. The CPU communicators complete before the call
@@ -30,6 +33,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -40,6 +44,7 @@
 #include <vector>
 
 #include "carto/error.hpp"
+#include "carto/runtime/bf16.hpp"
 #include "carto/spec/dtype.hpp"
 #include "carto/spec/mesh.hpp"
 #include "carto/spec/sharding.hpp"
@@ -107,12 +112,16 @@ class [[nodiscard]] Work {
   std::shared_ptr<WorkState> state_;
 };
 
-// The element type of a typed buffer: float -> fp32 (16-bit types add a specialisation).
+// The element type of a typed buffer: float -> fp32, Bf16 -> bf16.
 template <class T>
 struct comm_dtype;
 template <>
 struct comm_dtype<float> {
   static constexpr DType value = DType::fp32;
+};
+template <>
+struct comm_dtype<Bf16> {
+  static constexpr DType value = DType::bf16;
 };
 template <class T>
 concept CommElement = requires {
@@ -281,9 +290,9 @@ class Communicator {
   static std::size_t elem(DType dtype) { return static_cast<std::size_t>(size_bytes(dtype)); }
 
   void check_reducible(CollectiveKind kind, DType dtype) const {
-    if (dtype != DType::fp32) {
-      detail::fail("carto: ", to_string_view(kind), " on ", describe(), " reduces fp32 only; got ",
-                   dtype);
+    if (dtype != DType::fp32 && dtype != DType::bf16) {
+      detail::fail("carto: ", to_string_view(kind), " on ", describe(),
+                   " reduces fp32 and bf16; got ", dtype);
     }
   }
   void check_sizes(CollectiveKind kind, bool ok, DType dtype, std::size_t bytes,
@@ -330,6 +339,63 @@ class Communicator {
 };
 
 namespace detail {
+
+// One element of a reduction's source, widened to fp32 (memcpy: the bytes need no alignment).
+inline float comm_load(const float*, const std::byte* p) {
+  float v = 0;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline float comm_load(const Bf16*, const std::byte* p) {
+  Bf16 v;
+  std::memcpy(&v, p, sizeof v);
+  return to_float(v);
+}
+inline void comm_store(const float*, std::byte* p, float v) { std::memcpy(p, &v, sizeof v); }
+inline void comm_store(const Bf16*, std::byte* p, float v) {
+  const Bf16 b = to_bf16(v);
+  std::memcpy(p, &b, sizeof b);
+}
+
+template <class T>
+void reduce_typed(std::byte* out, std::span<const std::byte* const> sources, std::size_t offset,
+                  std::size_t count, ReduceOp op) {
+  constexpr std::size_t kBlock = 1024;
+  constexpr const T* tag = nullptr;
+  float acc[kBlock];
+  for (std::size_t b = 0; b < count; b += kBlock) {
+    const std::size_t n = std::min(kBlock, count - b);
+    const std::size_t at = (offset + b) * sizeof(T);
+    for (std::size_t i = 0; i < n; ++i) acc[i] = comm_load(tag, sources[0] + at + i * sizeof(T));
+    for (std::size_t k = 1; k < sources.size(); ++k) {
+      const std::byte* in = sources[k] + at;
+      if (op == ReduceOp::sum) {
+        for (std::size_t i = 0; i < n; ++i) acc[i] += comm_load(tag, in + i * sizeof(T));
+      } else {
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = comm_load(tag, in + i * sizeof(T));
+          acc[i] = acc[i] < v ? v : acc[i];
+        }
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) comm_store(tag, out + (b + i) * sizeof(T), acc[i]);
+  }
+}
+
+// out[0, count) = op over `sources` in the order given (rank order) of elements [offset, offset +
+// count) of each source, of `dtype` (fp32 or bf16). Each element is reduced in fp32 (bf16 widened
+// exactly) and stored once, rounded to nearest even for bf16. `out` may alias a source range: each
+// block is read from every source before it is written.
+inline void reduce_in_rank_order(std::byte* out, std::span<const std::byte* const> sources,
+                                 std::size_t offset, std::size_t count, DType dtype, ReduceOp op) {
+  if (dtype == DType::bf16) {
+    reduce_typed<Bf16>(out, sources, offset, count, op);
+  } else {
+    CARTO_CHECK(dtype == DType::fp32, "reduce_in_rank_order: reductions take fp32 and bf16; got ",
+                dtype);
+    reduce_typed<float>(out, sources, offset, count, op);
+  }
+}
 
 // The members of this rank's new group in a split: the parent ranks with this rank's color,
 // ordered by (key, parent rank). `colors` and `keys` are indexed by parent rank.

@@ -6,7 +6,8 @@
 // its buffer pointers in its slot, the ranks check that they issued the same collective, each
 // computes its part reading the others' buffers, and a last barrier keeps every buffer alive until
 // nobody reads it. Reductions run in rank order 0..size-1 on one rank per chunk and the others
-// copy the result, so every rank holds bit-identical sums. Invariants:
+// copy the result, so every rank holds bit-identical sums; bf16 elements are reduced in fp32 and
+// rounded once (detail::reduce_in_rank_order). Invariants:
 //   - a rank writes only its own recv buffer (and its own slot); in-place all_to_all stages the
 //     send buffer first, since there the recv chunks are read by other ranks;
 //   - a waiting rank wakes within kThreadCommPoll when the world fails, so a rank that throws (or
@@ -190,29 +191,6 @@ inline void ThreadWorldState::wake_all() {
   for (const auto& g : live) g->wake();
 }
 
-// out[0, count) = op over `sources` (in rank order) of source[offset, offset + count), fp32. `out`
-// may alias a source range: each block is read from every source before it is written.
-inline void reduce_fp32(std::byte* out, std::span<const std::byte* const> sources,
-                        std::size_t offset_elems, std::size_t count, ReduceOp op) {
-  constexpr std::size_t kBlock = 1024;
-  float acc[kBlock];
-  for (std::size_t b = 0; b < count; b += kBlock) {
-    const std::size_t n = std::min(kBlock, count - b);
-    const std::size_t at = offset_elems + b;
-    const float* first = reinterpret_cast<const float*>(sources[0]) + at;
-    for (std::size_t i = 0; i < n; ++i) acc[i] = first[i];
-    for (std::size_t k = 1; k < sources.size(); ++k) {
-      const float* in = reinterpret_cast<const float*>(sources[k]) + at;
-      if (op == ReduceOp::sum) {
-        for (std::size_t i = 0; i < n; ++i) acc[i] += in[i];
-      } else {
-        for (std::size_t i = 0; i < n; ++i) acc[i] = acc[i] < in[i] ? in[i] : acc[i];
-      }
-    }
-    std::memcpy(out + b * sizeof(float), acc, n * sizeof(float));
-  }
-}
-
 inline void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes) {
   if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
 }
@@ -234,18 +212,19 @@ class ThreadComm final : public Communicator {
              .src = send.data(),
              .dst = recv.data()});
     const std::size_t n = static_cast<std::size_t>(size());
-    const std::size_t elems = recv.size() / sizeof(float);
+    const auto width = static_cast<std::size_t>(size_bytes(dtype));
+    const std::size_t elems = recv.size() / width;
     auto lo = [&](std::size_t r) { return elems * r / n; };
     // Reduce chunk rank() of every source into this rank's recv, then gather the others' chunks.
     const auto sources = sources_of();
     const std::size_t me = static_cast<std::size_t>(rank());
-    detail::reduce_fp32(recv.data() + lo(me) * sizeof(float), sources, lo(me), lo(me + 1) - lo(me),
-                        op);
+    detail::reduce_in_rank_order(recv.data() + lo(me) * width, sources, lo(me), lo(me + 1) - lo(me),
+                                 dtype, op);
     arrive(CollectiveKind::all_reduce);
     for (std::size_t j = 0; j < n; ++j) {
       if (j == me) continue;
-      const std::size_t at = lo(j) * sizeof(float);
-      detail::copy_bytes(recv.data() + at, slot(j).dst + at, (lo(j + 1) - lo(j)) * sizeof(float));
+      const std::size_t at = lo(j) * width;
+      detail::copy_bytes(recv.data() + at, slot(j).dst + at, (lo(j + 1) - lo(j)) * width);
     }
     arrive(CollectiveKind::all_reduce);
     return {};
@@ -273,9 +252,10 @@ class ThreadComm final : public Communicator {
              .bytes = recv.size(),
              .src = send.data(),
              .dst = recv.data()});
-    const std::size_t elems = recv.size() / sizeof(float);
+    const std::size_t elems = recv.size() / static_cast<std::size_t>(size_bytes(dtype));
     const auto sources = sources_of();
-    detail::reduce_fp32(recv.data(), sources, static_cast<std::size_t>(rank()) * elems, elems, op);
+    detail::reduce_in_rank_order(recv.data(), sources, static_cast<std::size_t>(rank()) * elems,
+                                 elems, dtype, op);
     arrive(CollectiveKind::reduce_scatter);
     return {};
   }

@@ -21,6 +21,8 @@
 //    chunk of rows each (coalesced: a warp reads 32 consecutive columns of one row), the 8 lanes
 //    are folded in order through shared memory into a per-chunk partial in the workspace, and one
 //    thread per column adds the chunks in order to its gradient (one rounding when it is bf16).
+//    With a single chunk the first kernel adds into the gradients itself. tiling::column_chunks
+//    bounds the workspace (2 · chunks · C floats) by the 2 floats per row the cost model prices.
 // Loads widen fp32/bf16 to fp32 and stores round to nearest even (launch.cuh); mean, rstd and sums
 // are fp32. The reduction order differs from the CPU's lanes, so results agree to fp32 rounding,
 // not bit for bit (except mean and rstd of apply, computed from the same sums).
@@ -169,10 +171,11 @@ __global__ void backward_rows_kernel(Elements dy, Elements x, Elements gamma, co
 
 // One chunk of rows (blockIdx.y) of 32 columns (blockIdx.x): partial_g[chunk, c] = Σ dy·x̂ and
 // partial_b[chunk, c] = Σ dy over the chunk's rows; 8 row lanes (threadIdx.x / 32) folded in order.
+// Without partials (one chunk) the sums are added to dgamma, dbeta directly.
 __global__ void column_partials_kernel(Elements dy, Elements x, const float* mean,
                                        const float* rstd, float* partial_g, float* partial_b,
-                                       std::int64_t rows, std::int64_t columns,
-                                       std::int64_t chunk_rows) {
+                                       Elements dgamma, Elements dbeta, std::int64_t rows,
+                                       std::int64_t columns, std::int64_t chunk_rows) {
   constexpr int kTile = static_cast<int>(tiling::kColumnTile);
   constexpr int kLanes = static_cast<int>(tiling::kRowLanes);
   __shared__ float sg[kLanes][kTile + 1];
@@ -199,8 +202,13 @@ __global__ void column_partials_kernel(Elements dy, Elements x, const float* mea
       tg += sg[l][tx];
       tb += sb[l][tx];
     }
-    partial_g[std::int64_t{blockIdx.y} * columns + col] = tg;
-    partial_b[std::int64_t{blockIdx.y} * columns + col] = tb;
+    if (partial_g == nullptr) {  // one chunk: straight into the gradients
+      store(dgamma, col, load(dgamma, col) + tg);
+      store(dbeta, col, load(dbeta, col) + tb);
+    } else {
+      partial_g[std::int64_t{blockIdx.y} * columns + col] = tg;
+      partial_b[std::int64_t{blockIdx.y} * columns + col] = tb;
+    }
   }
 }
 
@@ -255,21 +263,24 @@ void require_global_columns(std::string_view call, std::int64_t global_columns, 
               " global columns cannot hold the ", n.columns, " local ones");
 }
 
-// dgamma += Σ_rows dy·x̂, dbeta += Σ_rows dy, deterministically (two kernels, a workspace).
+// dgamma += Σ_rows dy·x̂, dbeta += Σ_rows dy, deterministically: one kernel, or two with a
+// workspace of partials when the rows are split into chunks.
 void column_gradients(const Launch& launch, Elements dy, Elements x, const float* mean,
                       const float* rstd, Elements dgamma, Elements dbeta, const NormRows& n) {
-  const tiling::ColumnChunks chunks = tiling::column_chunks(n.rows);
-  const Buffer work(*launch.workspace,
-                    static_cast<std::size_t>(2 * chunks.chunks * n.columns) * sizeof(float),
+  const tiling::ColumnChunks chunks = tiling::column_chunks(n.rows, n.columns);
+  const std::size_t partial_floats =
+      chunks.chunks > 1 ? static_cast<std::size_t>(chunks.chunks * n.columns) : 0;
+  const Buffer work(*launch.workspace, 2 * partial_floats * sizeof(float),
                     MemoryCategory::temporaries);
-  float* partial_g = static_cast<float*>(work.data());
-  float* partial_b = partial_g + chunks.chunks * n.columns;
+  float* partial_g = chunks.chunks > 1 ? static_cast<float*>(work.data()) : nullptr;
+  float* partial_b = chunks.chunks > 1 ? partial_g + partial_floats : nullptr;
   const dim3 grid(static_cast<unsigned>(ceil_div(n.columns, tiling::kColumnTile)),
                   static_cast<unsigned>(chunks.chunks));
   column_partials_kernel<<<grid, static_cast<unsigned>(tiling::kColumnTile * tiling::kRowLanes), 0,
-                           launch.stream>>>(dy, x, mean, rstd, partial_g, partial_b, n.rows,
-                                            n.columns, chunks.chunk_rows);
+                           launch.stream>>>(dy, x, mean, rstd, partial_g, partial_b, dgamma, dbeta,
+                                            n.rows, n.columns, chunks.chunk_rows);
   CARTO_CUDA_CHECK_LAUNCH();
+  if (chunks.chunks == 1) return;
   const Grid1d g = grid_1d(n.columns);
   column_finish_kernel<<<g.blocks, g.threads, 0, launch.stream>>>(
       partial_g, partial_b, chunks.chunks, n.columns, dgamma, dbeta);

@@ -212,22 +212,28 @@ constexpr std::int64_t key_end(const CausalMask& m, std::int64_t first, std::int
 
 // ---- layernorm backward: dgamma, dbeta reduced over rows without atomics
 // -------------------------
-// Blocks of 32 columns × 8 row lanes each sum a chunk of rows into a per-chunk partial (the
-// workspace, chunks × C); a second kernel adds the chunks in order. Chunks of at least
-// kMinChunkRows rows, at most kMaxChunks of them.
+// Blocks of 32 columns × 8 row lanes each sum a chunk of rows. With one chunk they add straight
+// into dgamma, dbeta; with more, each writes a per-chunk partial (the workspace, chunks × C floats
+// per gradient) and a second kernel adds the chunks in order. At most kMaxChunks chunks, of at
+// least kMinChunkRows rows, and at most rows / C of them, so that the workspace stays within the 2
+// floats per row the cost model prices for a layernorm's backward (profile/op_cost.hpp).
 inline constexpr std::int64_t kColumnTile = 32;
 inline constexpr std::int64_t kRowLanes = 8;
 inline constexpr std::int64_t kMinChunkRows = 32;
 inline constexpr std::int64_t kMaxChunks = 128;
 
 struct ColumnChunks {
-  std::int64_t chunk_rows = kMinChunkRows, chunks = 1;
+  std::int64_t chunk_rows = kRowLanes, chunks = 1;
 };
-constexpr ColumnChunks column_chunks(std::int64_t rows) {
+constexpr ColumnChunks column_chunks(std::int64_t rows, std::int64_t columns) {
   ColumnChunks c;
-  const std::int64_t even = div_up(rows, kMaxChunks);
-  c.chunk_rows = round_up(even > kMinChunkRows ? even : kMinChunkRows, kRowLanes);
-  c.chunks = rows < 1 ? 1 : div_up(rows, c.chunk_rows);
+  if (rows < 1) return c;
+  const std::int64_t by_memory = columns > 0 ? rows / columns : rows;
+  const std::int64_t by_size = rows / kMinChunkRows;
+  std::int64_t chunks = by_memory < by_size ? by_memory : by_size;
+  chunks = clamp(chunks, 1, kMaxChunks);
+  c.chunk_rows = round_up(div_up(rows, chunks), kRowLanes);
+  c.chunks = div_up(rows, c.chunk_rows);
   return c;
 }
 

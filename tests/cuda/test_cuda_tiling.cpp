@@ -268,16 +268,24 @@ TEST_CASE("head dims map to the smallest supported class", "[cuda][tiling]") {
   }
 }
 
-TEST_CASE("layernorm's row chunks cover the rows within the chunk limit", "[cuda][tiling]") {
-  for (std::int64_t rows = 1; rows < 70000; rows += rows / 3 + 1) {
-    const tl::ColumnChunks c = tl::column_chunks(rows);
-    INFO("rows " << rows);
-    CHECK(c.chunk_rows % tl::kRowLanes == 0);
-    CHECK(c.chunk_rows >= tl::kMinChunkRows);
-    CHECK(c.chunks * c.chunk_rows >= rows);
-    CHECK((c.chunks - 1) * c.chunk_rows < rows);
-    CHECK(c.chunks <= tl::kMaxChunks);
+TEST_CASE("layernorm's row chunks cover the rows within the chunk and memory limits",
+          "[cuda][tiling]") {
+  for (const std::int64_t columns : {1, 48, 768, 12288}) {
+    for (std::int64_t rows = 1; rows < 300000; rows += rows / 3 + 1) {
+      const tl::ColumnChunks c = tl::column_chunks(rows, columns);
+      INFO("rows " << rows << ", columns " << columns);
+      CHECK(c.chunk_rows % tl::kRowLanes == 0);
+      CHECK(c.chunks * c.chunk_rows >= rows);
+      CHECK((c.chunks - 1) * c.chunk_rows < rows);  // no empty chunk
+      CHECK(c.chunks >= 1);
+      CHECK(c.chunks <= tl::kMaxChunks);
+      // Several chunks only when each has enough rows and the partials fit in 2 floats per row.
+      CHECK((c.chunks == 1 || c.chunk_rows >= tl::kMinChunkRows));
+      CHECK((c.chunks == 1 || c.chunks * columns <= rows));
+    }
   }
+  STATIC_REQUIRE(tl::column_chunks(4096, 32).chunks == 128);
+  STATIC_REQUIRE(tl::column_chunks(4096, 768).chunks == 5);
 }
 
 TEST_CASE("the radix sort's key bits hold every key", "[cuda][tiling]") {

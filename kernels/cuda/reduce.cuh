@@ -32,8 +32,9 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   if (m == -INFINITY) return {m, 0.0f};
   return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
 }
-// Adds one value x > -inf.
+// Adds one value x (-inf adds nothing: exp(-inf - m) = 0).
 __device__ __forceinline__ MaxSum push(MaxSum a, float x) {
+  if (x == -INFINITY) return a;
   if (x > a.max) return {x, a.sum * expf(a.max - x) + 1.0f};
   return {a.max, a.sum + expf(x - a.max)};
 }

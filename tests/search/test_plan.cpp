@@ -333,3 +333,61 @@ TEST_CASE("plans round-trip through JSON; wrong files name the field", "[search]
   REQUIRE_THROWS_WITH(plan_from_json(format, g),
                       Catch::Contains("field 'format' is 'carto-plan/0'"));
 }
+
+TEST_CASE("a plan records its precision and gradient reduction, and prices the reduction's bytes",
+          "[search][plan]") {
+  const HardwareProfile hw = find_hardware_profile("h100");
+  const Graph g = tiny_graph(4);
+  const DeviceMesh mesh = parse_mesh("x=2");
+  // Every strategy with a gradient all-reduce moves the gradient's elements at the reduction's
+  // dtype: bf16 by default under mixed precision, fp32 when asked (twice the bytes).
+  std::int64_t syncs = 0;
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    const OpId op{static_cast<std::int32_t>(k)};
+    const auto bf16 = enumerate_strategies(g, op, mesh, {.precision = Precision::mixed_bf16});
+    const auto fp32 = enumerate_strategies(
+        g, op, mesh, {.precision = Precision::mixed_bf16, .gradient_reduction = DType::fp32});
+    REQUIRE(bf16.size() == fp32.size());
+    for (std::size_t s = 0; s < bf16.size(); ++s) {
+      REQUIRE(bf16[s].gradient_sync.size() == fp32[s].gradient_sync.size());
+      for (std::size_t c = 0; c < bf16[s].gradient_sync.size(); ++c) {
+        REQUIRE(bf16[s].gradient_sync[c].bytes > 0);
+        REQUIRE(fp32[s].gradient_sync[c].bytes == 2 * bf16[s].gradient_sync[c].bytes);
+        ++syncs;
+      }
+      REQUIRE(bf16[s].memory == fp32[s].memory);
+    }
+  }
+  REQUIRE(syncs > 0);
+  REQUIRE_THROWS_WITH(
+      enumerate_strategies(g, OpId{0}, mesh,
+                           {.precision = Precision::fp32, .gradient_reduction = DType::bf16}),
+      Catch::Contains("reduced in fp32, not bf16"));
+
+  // search() records both; the fp32 reduction is no faster, and the JSON keeps them.
+  SearchOptions options;
+  options.meshes = {mesh};
+  const Plan mixed = search(tiny_graph, "tiny", 4, 2, hw, options);
+  REQUIRE(mixed.precision == Precision::mixed_bf16);
+  REQUIRE(mixed.gradient_reduction == DType::bf16);
+  options.gradient_reduction = DType::fp32;
+  const Plan wide = search(tiny_graph, "tiny", 4, 2, hw, options);
+  REQUIRE(wide.gradient_reduction == DType::fp32);
+  REQUIRE(wide.step_time_s >= mixed.step_time_s);
+  const Graph g1 = tiny_graph(4 / wide.micro_batches);
+  REQUIRE(plan_from_json(Json::parse(to_json(wide).dump()), g1) == wide);
+  Json bad = to_json(wide);
+  bad["gradient_reduction"] = "fp16";
+  REQUIRE_THROWS_WITH(plan_from_json(bad, g1),
+                      Catch::Contains("field 'gradient_reduction' is 'fp16'"));
+  Json old = to_json(wide);
+  Json::Object& obj = old.as_object();
+  obj.erase(std::remove_if(obj.begin(), obj.end(),
+                           [](const auto& kv) {
+                             return kv.first == "precision" || kv.first == "gradient_reduction";
+                           }),
+            obj.end());
+  const Plan back = plan_from_json(old, g1);
+  REQUIRE(back.precision == Precision::fp32);  // files from before: trained in fp32
+  REQUIRE(back.gradient_reduction == DType::fp32);
+}

@@ -33,6 +33,8 @@ std::vector<cli::FlagSpec> plan_flags() {
           {"micro-batches", true, "candidate micro-batch counts, comma-separated (default 1)"},
           {"zero", true, "candidate ZeRO stages, comma-separated (default 0,1,2,3)"},
           {"dtype", true, "bf16 (mixed precision) or fp32"},
+          {"gradient-reduction", true,
+           "dtype of the gradient all-reduce: bf16 (default under --dtype bf16) or fp32"},
           {"checkpoint", true, "search (default), none or all"},
           {"pin", true,
            "OP=SPEC: fix an op's output spec (op names as printed, '*' matches any text)", true},
@@ -122,6 +124,12 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
   }
   if (auto v = flags.choice("dtype", {"bf16", "fp32"})) {
     options.precision = *v == "fp32" ? Precision::fp32 : Precision::mixed_bf16;
+  }
+  if (auto v = flags.choice("gradient-reduction", {"bf16", "fp32"})) {
+    if (*v == "bf16" && options.precision == Precision::fp32)
+      throw cli::UsageError(
+          "plan: --gradient-reduction bf16 needs --dtype bf16 (fp32 training reduces in fp32)");
+    options.gradient_reduction = *v == "fp32" ? DType::fp32 : DType::bf16;
   }
   if (auto v = flags.choice("checkpoint", {"search", "none", "all"})) {
     options.checkpoint = *v == "none"  ? CheckpointChoice::none

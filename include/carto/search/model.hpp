@@ -70,6 +70,7 @@ struct DpOptions {
   Precision precision = Precision::mixed_bf16;
   LayerNormStats layernorm_stats = LayerNormStats::counted;
   DropoutMasks dropout_masks = DropoutMasks::stored;  // regenerated: what carto's runtime does
+  std::optional<DType> gradient_reduction{};          // StrategyOptions::gradient_reduction
   int zero_stage = 0;                                 // 0..3
   std::int64_t micro_batches = 1;                     // m: the step runs m forward/backward passes
   CheckpointChoice checkpoint = CheckpointChoice::search;
@@ -97,6 +98,14 @@ struct DpOptions {
   // Past this point in time the DP stops with a carto::Error (a caller's limit on search time).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
+
+// The strategy options a DP's options imply.
+inline StrategyOptions strategy_options(const DpOptions& o) {
+  return {.precision = o.precision,
+          .layernorm_stats = o.layernorm_stats,
+          .dropout_masks = o.dropout_masks,
+          .gradient_reduction = o.gradient_reduction};
+}
 
 // One point of the frontier, with the choices that give it.
 struct DpPoint {
@@ -183,9 +192,7 @@ class DpModel {
       }
     }
     graphs_.assign(nt, nullptr);
-    const StrategyOptions sopt{.precision = options.precision,
-                               .layernorm_stats = options.layernorm_stats,
-                               .dropout_masks = options.dropout_masks};
+    const StrategyOptions sopt = strategy_options(options);
     // Ops with one signature and one filter (the ops of identical blocks) share their choices:
     // enumerated and priced once.
     StrategyCache strategies(mesh, sopt);

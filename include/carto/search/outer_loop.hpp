@@ -70,6 +70,7 @@ struct SearchOptions {
   Precision precision = Precision::mixed_bf16;
   LayerNormStats layernorm_stats = LayerNormStats::counted;
   DropoutMasks dropout_masks = DropoutMasks::stored;  // regenerated: what carto's runtime does
+  std::optional<DType> gradient_reduction{};          // StrategyOptions::gradient_reduction
   std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max();  // bytes per device
   std::vector<int> zero_stages{0, 1, 2, 3};
   std::vector<std::int64_t> micro_batches{1};  // candidates; each must divide the global batch
@@ -193,7 +194,8 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       }
       const StrategyOptions sopt{.precision = options.precision,
                                  .layernorm_stats = options.layernorm_stats,
-                                 .dropout_masks = options.dropout_masks};
+                                 .dropout_masks = options.dropout_masks,
+                                 .gradient_reduction = options.gradient_reduction};
       const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
       for (const int zero : detail::zero_stages_to_run(options.zero_stages)) {
         configs.push_back(
@@ -205,6 +207,7 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     return DpOptions{.precision = options.precision,
                      .layernorm_stats = options.layernorm_stats,
                      .dropout_masks = options.dropout_masks,
+                     .gradient_reduction = options.gradient_reduction,
                      .zero_stage = c.zero,
                      .micro_batches = c.micro,
                      .checkpoint = options.checkpoint,

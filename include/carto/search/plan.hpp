@@ -69,6 +69,11 @@ struct Plan {
   std::string model;
   SearchSpace space = SearchSpace::standard;  // the space the search was exact in
   double tolerance = 0;                       // its memory resolution ε (0: exact)
+  // What the plan was priced for and what a Trainer runs: the precision and the dtype parameter
+  // gradients are all-reduced in (StrategyOptions::gradient_reduction, resolved). A Plan built
+  // by hand trains in fp32 unless it says otherwise; search() records its options.
+  Precision precision = Precision::fp32;
+  DType gradient_reduction = DType::fp32;
   std::int64_t fingerprint_ops = 0;
   std::int64_t fingerprint_groups = 0;
   std::int64_t fingerprint_tensors = 0;
@@ -107,9 +112,7 @@ namespace detail {
 inline void describe_plan(Plan& plan, const Graph& g, const DeviceMesh& mesh,
                           const HardwareProfile& hw, const DpOptions& options,
                           const DpPoint& point) {
-  const StrategyOptions sopt{.precision = options.precision,
-                             .layernorm_stats = options.layernorm_stats,
-                             .dropout_masks = options.dropout_masks};
+  const StrategyOptions sopt = strategy_options(options);
   const std::vector<std::string> names = op_names(g);
   StrategyCache cache(mesh, sopt);
   std::vector<Strategy> chosen;
@@ -119,6 +122,8 @@ inline void describe_plan(Plan& plan, const Graph& g, const DeviceMesh& mesh,
   plan.mesh = mesh;
   plan.space = options.space;
   plan.tolerance = options.tolerance;
+  plan.precision = options.precision;
+  plan.gradient_reduction = gradient_reduction_dtype(options.precision, options.gradient_reduction);
   plan.zero_stage = options.zero_stage;
   plan.micro_batches = options.micro_batches;
   plan.strategy = point.strategy;

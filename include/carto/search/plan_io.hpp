@@ -42,6 +42,8 @@ inline Json to_json(const Plan& p) {
   j["fingerprint"]["shapes"] = p.fingerprint_shapes;
   j["search_space"] = std::string(to_string_view(p.space));
   j["tolerance"] = p.tolerance;
+  j["precision"] = std::string(to_string_view(p.precision));
+  j["gradient_reduction"] = std::string(to_string_view(p.gradient_reduction));
   j["mesh"] = Json::array();
   for (const MeshAxis& a : p.mesh.axes()) {
     Json axis;
@@ -152,6 +154,24 @@ inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh
       detail::fail("carto: plan file: field 'tolerance' is ", p.tolerance,
                    "; it must be a finite number ≥ 0");
   }
+  // Written before precision was recorded: fp32, which is what the runtime trained then.
+  p.precision = Precision::fp32;
+  if (const Json* v = j.find("precision")) {
+    const std::string text = typed(*v, "precision", str);
+    if (text != "fp32" && text != "mixed_bf16")
+      detail::fail("carto: plan file: field 'precision' is '", text, "'; use fp32 or mixed_bf16");
+    p.precision = text == "fp32" ? Precision::fp32 : Precision::mixed_bf16;
+  }
+  p.gradient_reduction = compute_dtype(p.precision);
+  if (const Json* v = j.find("gradient_reduction")) {
+    const std::string text = typed(*v, "gradient_reduction", str);
+    const std::optional<DType> dtype = parse_dtype(text);
+    if (!dtype || (*dtype != DType::fp32 && *dtype != compute_dtype(p.precision)))
+      detail::fail("carto: plan file: field 'gradient_reduction' is '", text, "'; a ",
+                   to_string_view(p.precision), " plan reduces gradients in ",
+                   p.precision == Precision::fp32 ? "fp32" : "fp32 or bf16");
+    p.gradient_reduction = *dtype;
+  }
   StaticVector<MeshAxis, kMaxMeshAxes> axes;
   const Json& mj = field(j, "", "mesh");
   for (const Json& a : typed(mj, "mesh", [](const Json& v) { return v.as_array(); })) {
@@ -236,7 +256,9 @@ inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh
 inline std::ostream& operator<<(std::ostream& out, const Plan& p) {
   out << "plan for " << p.model << " on mesh " << p.mesh << ", ZeRO stage " << p.zero_stage << ", "
       << p.micro_batches << " micro-batch" << (p.micro_batches == 1 ? "" : "es") << " ("
-      << to_string_view(p.space) << " search space, memory resolution " << p.tolerance << ")\n";
+      << to_string_view(p.space) << " search space, memory resolution " << p.tolerance << ", "
+      << to_string_view(p.precision) << ", gradients reduced in "
+      << to_string_view(p.gradient_reduction) << ")\n";
   out << "predicted step time " << p.step_time_s << " s, peak memory "
       << format_bytes(p.peak_memory_bytes) << " per device\n";
   for (const auto& [k, v] : p.time_breakdown) {

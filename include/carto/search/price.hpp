@@ -129,9 +129,7 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
 inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
                                 const DpOptions& options, const std::vector<std::size_t>& strategy,
                                 const std::vector<bool>& checkpointed) {
-  const StrategyOptions sopt{.precision = options.precision,
-                             .layernorm_stats = options.layernorm_stats,
-                             .dropout_masks = options.dropout_masks};
+  const StrategyOptions sopt = strategy_options(options);
   StrategyCache cache(mesh, sopt);
   std::vector<Strategy> chosen;
   for (std::size_t k = 0; k < g.num_ops(); ++k)

@@ -171,7 +171,23 @@ struct StrategyOptions {
   Precision precision = Precision::mixed_bf16;  // optimizer-state bytes per parameter
   LayerNormStats layernorm_stats = LayerNormStats::counted;
   DropoutMasks dropout_masks = DropoutMasks::stored;
+  // The dtype parameter gradients are all-reduced in (gradient_sync). nullopt: the compute dtype
+  // (bf16 under mixed_bf16, as Megatron-LM and DeepSpeed do by default); fp32 under mixed_bf16
+  // widens the bf16 gradients for the reduction and rounds the sum once (twice the bytes on the
+  // wire). See gradient_reduction_dtype.
+  std::optional<DType> gradient_reduction{};
 };
+
+// The dtype gradients are reduced in under `precision`: the compute dtype unless `requested`
+// names fp32; bf16 under fp32 training, or any other dtype, is refused.
+inline DType gradient_reduction_dtype(Precision precision, std::optional<DType> requested) {
+  const DType compute = compute_dtype(precision);
+  if (!requested) return compute;
+  if (*requested == compute || *requested == DType::fp32) return *requested;
+  detail::fail("carto: gradients of ", to_string_view(precision), " training are reduced in fp32",
+               precision == Precision::fp32 ? "" : " or bf16", ", not ",
+               to_string_view(*requested));
+}
 
 // "[S(dp),R,R; R,S(tp)] -> S(dp),R,S(tp)", with the variant when it is not plain.
 inline std::string to_string(const Strategy& s) {
@@ -383,11 +399,14 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
     st.memory.parameters += bytes;
     st.memory.gradients += bytes;
     st.memory.optimizer += bytes / element_bytes(t) * optimizer_bytes_per_param(options.precision);
+    const std::int64_t sync_bytes =
+        bytes / element_bytes(t) *
+        size_bytes(gradient_reduction_dtype(options.precision, options.gradient_reduction));
     for (const AxisName& a : st.gradients[i].partial()) {
       if (!detail::has_axis(sharding.inputs[i].partial(), a)) {
         st.gradient_sync.push_back({.kind = Collective::all_reduce,
                                     .axis = a,
-                                    .bytes = bytes,
+                                    .bytes = sync_bytes,
                                     .input = static_cast<std::int32_t>(i)});
       }
     }

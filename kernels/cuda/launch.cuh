@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/geometry.hpp"  // ceil_div, grid_1d: host-only, so host tests check them
 
 namespace carto::cuda {
 
@@ -36,8 +37,8 @@ struct Elements {
   bool bf16 = false;
 };
 inline Elements elements_of(const TensorView& v) {
-  CARTO_CHECK(v.dtype == DType::fp32 || v.dtype == DType::bf16, "the CUDA backend takes fp32 or bf16, not ",
-              to_string_view(v.dtype));
+  CARTO_CHECK(v.dtype == DType::fp32 || v.dtype == DType::bf16,
+              "the CUDA backend takes fp32 or bf16, not ", to_string_view(v.dtype));
   return {v.data, v.dtype == DType::bf16};
 }
 inline Elements elements_of(const ConstTensorView& v) {
@@ -59,17 +60,5 @@ __device__ __forceinline__ void store(Elements e, std::int64_t i, float value) {
   }
 }
 #endif
-
-// Grid arithmetic, constexpr so host tests check it without a GPU.
-constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-// A 1-D grid-stride launch over n elements: blocks of `threads`, at most `max_blocks` blocks.
-struct Grid1d {
-  unsigned blocks = 1;
-  unsigned threads = 256;
-};
-constexpr Grid1d grid_1d(std::int64_t n, unsigned threads = 256, std::int64_t max_blocks = 65535) {
-  const std::int64_t b = n <= 0 ? 1 : ceil_div(n, threads);
-  return {static_cast<unsigned>(b < max_blocks ? b : max_blocks), threads};
-}
 
 }  // namespace carto::cuda

@@ -180,17 +180,22 @@ CARTO_HOST_DEVICE inline double sqrt_rn(double x) {
 
 }  // namespace detail
 
-// Standard normal by Box–Muller over two words of one Philox block:
-// sqrt(-2 ln u1) · cos(2π u2), u1 = (word + 1)·2^-32 in (0, 1], u2 = word'·2^-32 in [0, 1).
+// Standard normal by Box–Muller from two random words:
+// sqrt(-2 ln u1) · cos(2π u2), u1 = (first + 1)·2^-32 in (0, 1], u2 = second·2^-32 in [0, 1).
 // Its double value is within about 2^-49 (relative) of the exact one, so the float returned is the
-// exact value rounded to nearest but for a fraction of about 2^-24 of the indices (one ulp off).
+// exact value rounded to nearest but for a fraction of about 2^-24 of the inputs (one ulp off).
+CARTO_HOST_DEVICE inline float normal_of_words(std::uint32_t first, std::uint32_t second) {
+  const double log_u1 = detail::log_dyadic(std::uint64_t{first} + 1, 32);  // [-32 ln 2, 0]
+  const double u2 = static_cast<double>(second) * 0x1.0p-32;
+  return static_cast<float>(detail::sqrt_rn(-2.0 * log_u1) * detail::cos_turns(u2));
+}
+
+// The normal of element `index`: words 2·(index % 2) and 2·(index % 2) + 1 of block index / 2.
 CARTO_HOST_DEVICE inline float normal(RngStream s, std::int64_t index) {
   const auto i = static_cast<std::uint64_t>(index);
   const PhiloxCounter b = block(s, i / 2);
   const std::size_t w = 2 * (i % 2);
-  const double log_u1 = detail::log_dyadic(std::uint64_t{b[w]} + 1, 32);  // ln u1 in [-32 ln 2, 0]
-  const double u2 = static_cast<double>(b[w + 1]) * 0x1.0p-32;
-  return static_cast<float>(detail::sqrt_rn(-2.0 * log_u1) * detail::cos_turns(u2));
+  return normal_of_words(b[w], b[w + 1]);
 }
 
 // GPT-2's parameter initialisation: normal with standard deviation 0.02.

@@ -44,6 +44,9 @@ namespace carto::cuda {
 
 namespace {
 
+// Row kernels run up to 1024 threads a block (tiling::row_launch): registers are capped to fit.
+constexpr int kRowThreads = static_cast<int>(tiling::kMaxBlockThreads);
+
 using tiling::kTileSide;
 using tiling::kTileThreads;
 using tiling::tile_col;
@@ -233,8 +236,9 @@ __global__ void __launch_bounds__(kTileThreads) forward_kernel(AttentionParams p
 }
 
 // dsum[i] = Σ_e dout[i, e] · out[i, e] over the (B·a·Sq) query rows, a warp per row.
-__global__ void dsum_kernel(Elements dout, Elements out, float* dsum, std::int64_t rows,
-                            std::int64_t d, tiling::RowLaunch launch) {
+__global__ void __launch_bounds__(kRowThreads)
+    dsum_kernel(Elements dout, Elements out, float* dsum, std::int64_t rows, std::int64_t d,
+                tiling::RowLaunch launch) {
   __shared__ float scratch[32];
   const tiling::RowGroup g = tiling::row_group(launch, blockIdx.x, threadIdx.x);
   const std::int64_t width = launch.group_width();

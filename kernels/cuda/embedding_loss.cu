@@ -43,6 +43,9 @@ namespace carto::cuda {
 
 namespace {
 
+// Row kernels run up to 1024 threads a block (tiling::row_launch): registers are capped to fit.
+constexpr int kRowThreads = static_cast<int>(tiling::kMaxBlockThreads);
+
 using tiling::RowLaunch;
 
 // ---- embedding kernels
@@ -93,8 +96,9 @@ __global__ void scatter_rows_kernel(const std::uint32_t* keys, const std::int32_
 // ---- cross-entropy kernels
 // ------------------------------------------------------------------------
 
-__global__ void row_max_kernel(Elements logits, float* row_max, std::int64_t rows,
-                               std::int64_t vocab, RowLaunch launch) {
+__global__ void __launch_bounds__(kRowThreads)
+    row_max_kernel(Elements logits, float* row_max, std::int64_t rows, std::int64_t vocab,
+                   RowLaunch launch) {
   __shared__ float scratch[32];
   const tiling::RowGroup g = tiling::row_group(launch, blockIdx.x, threadIdx.x);
   const std::int64_t width = launch.group_width();
@@ -106,8 +110,9 @@ __global__ void row_max_kernel(Elements logits, float* row_max, std::int64_t row
   }
 }
 
-__global__ void sum_exp_kernel(Elements logits, const float* row_max, float* sum_exp,
-                               std::int64_t rows, std::int64_t vocab, RowLaunch launch) {
+__global__ void __launch_bounds__(kRowThreads)
+    sum_exp_kernel(Elements logits, const float* row_max, float* sum_exp, std::int64_t rows,
+                   std::int64_t vocab, RowLaunch launch) {
   __shared__ float scratch[32];
   const tiling::RowGroup g = tiling::row_group(launch, blockIdx.x, threadIdx.x);
   const std::int64_t width = launch.group_width();
@@ -120,8 +125,9 @@ __global__ void sum_exp_kernel(Elements logits, const float* row_max, float* sum
   }
 }
 
-__global__ void max_sum_exp_kernel(Elements logits, float* row_max, float* sum_exp,
-                                   std::int64_t rows, std::int64_t vocab, RowLaunch launch) {
+__global__ void __launch_bounds__(kRowThreads)
+    max_sum_exp_kernel(Elements logits, float* row_max, float* sum_exp, std::int64_t rows,
+                       std::int64_t vocab, RowLaunch launch) {
   __shared__ MaxSum scratch[32];
   const tiling::RowGroup g = tiling::row_group(launch, blockIdx.x, threadIdx.x);
   const std::int64_t width = launch.group_width();
@@ -149,8 +155,9 @@ __global__ void target_logit_kernel(Elements logits, const std::int32_t* targets
 constexpr unsigned kLossThreads = 1024;
 
 // One block: logsumexp = max + log(sum_exp) per row, loss = Σ (logsumexp - target) / count.
-__global__ void loss_kernel(const float* row_max, const float* sum_exp, const float* target,
-                            float* loss, float* logsumexp, std::int64_t rows, double count) {
+__global__ void __launch_bounds__(kRowThreads)
+    loss_kernel(const float* row_max, const float* sum_exp, const float* target, float* loss,
+                float* logsumexp, std::int64_t rows, double count) {
   __shared__ double scratch[32];
   double total = 0.0;
   for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
@@ -162,10 +169,10 @@ __global__ void loss_kernel(const float* row_max, const float* sum_exp, const fl
   if (threadIdx.x == 0) loss[0] = static_cast<float>(total / count);
 }
 
-__global__ void backward_kernel(Elements logits, const std::int32_t* targets,
-                                const float* logsumexp, Elements dloss, Elements dlogits,
-                                std::int64_t rows, std::int64_t vocab, std::int64_t vocab_offset,
-                                float count, RowLaunch launch) {
+__global__ void __launch_bounds__(kRowThreads)
+    backward_kernel(Elements logits, const std::int32_t* targets, const float* logsumexp,
+                    Elements dloss, Elements dlogits, std::int64_t rows, std::int64_t vocab,
+                    std::int64_t vocab_offset, float count, RowLaunch launch) {
   const tiling::RowGroup g = tiling::row_group(launch, blockIdx.x, threadIdx.x);
   const std::int64_t width = launch.group_width();
   const float scale = load(dloss, 0) / count;

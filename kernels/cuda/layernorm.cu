@@ -40,6 +40,9 @@ namespace carto::cuda {
 
 namespace {
 
+// Row kernels run up to 1024 threads a block (tiling::row_launch): registers are capped to fit.
+constexpr int kRowThreads = static_cast<int>(tiling::kMaxBlockThreads);
+
 using tiling::RowLaunch;
 
 // ---- kernels
@@ -47,9 +50,10 @@ using tiling::RowLaunch;
 
 // y = (x - mean)·rstd·gamma + beta per row; mean, rstd two-pass in fp32 (sums == nullptr) or from
 // the global sums (rows, 2) over global_columns.
-__global__ void rows_kernel(Elements x, Elements gamma, Elements beta, Elements y, float* mean,
-                            float* rstd, const float* sums, std::int64_t rows, std::int64_t columns,
-                            double global_columns, float epsilon, RowLaunch geo) {
+__global__ void __launch_bounds__(kRowThreads)
+    rows_kernel(Elements x, Elements gamma, Elements beta, Elements y, float* mean, float* rstd,
+                const float* sums, std::int64_t rows, std::int64_t columns, double global_columns,
+                float epsilon, RowLaunch geo) {
   __shared__ float scratch[32];
   const tiling::RowGroup g = tiling::row_group(geo, blockIdx.x, threadIdx.x);
   const std::int64_t width = geo.group_width();
@@ -85,8 +89,9 @@ __global__ void rows_kernel(Elements x, Elements gamma, Elements beta, Elements 
 }
 
 // sums (rows, 2) = (Σ x, Σ x²) per row, accumulated in double.
-__global__ void partial_sums_kernel(Elements x, float* sums, std::int64_t rows,
-                                    std::int64_t columns, RowLaunch geo) {
+__global__ void __launch_bounds__(kRowThreads)
+    partial_sums_kernel(Elements x, float* sums, std::int64_t rows, std::int64_t columns,
+                        RowLaunch geo) {
   __shared__ double scratch[32];
   const tiling::RowGroup g = tiling::row_group(geo, blockIdx.x, threadIdx.x);
   const std::int64_t width = geo.group_width();
@@ -107,10 +112,10 @@ __global__ void partial_sums_kernel(Elements x, float* sums, std::int64_t rows,
 }
 
 // sums (rows, 2) = (Σ dy·γ, Σ dy·γ·x̂) per row, each fp32 term accumulated in double.
-__global__ void backward_partial_sums_kernel(Elements dy, Elements x, Elements gamma,
-                                             const float* mean, const float* rstd, float* sums,
-                                             std::int64_t rows, std::int64_t columns,
-                                             RowLaunch geo) {
+__global__ void __launch_bounds__(kRowThreads)
+    backward_partial_sums_kernel(Elements dy, Elements x, Elements gamma, const float* mean,
+                                 const float* rstd, float* sums, std::int64_t rows,
+                                 std::int64_t columns, RowLaunch geo) {
   __shared__ double scratch[32];
   const tiling::RowGroup g = tiling::row_group(geo, blockIdx.x, threadIdx.x);
   const std::int64_t width = geo.group_width();
@@ -135,10 +140,10 @@ __global__ void backward_partial_sums_kernel(Elements dy, Elements x, Elements g
 
 // dx += rstd·(dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)), the two means over `count` columns from the
 // row's own sums (sums == nullptr) or from the global sums (rows, 2).
-__global__ void backward_rows_kernel(Elements dy, Elements x, Elements gamma, const float* mean,
-                                     const float* rstd, const float* sums, Elements dx,
-                                     std::int64_t rows, std::int64_t columns, float count,
-                                     RowLaunch geo) {
+__global__ void __launch_bounds__(kRowThreads)
+    backward_rows_kernel(Elements dy, Elements x, Elements gamma, const float* mean,
+                         const float* rstd, const float* sums, Elements dx, std::int64_t rows,
+                         std::int64_t columns, float count, RowLaunch geo) {
   __shared__ float scratch[32];
   const tiling::RowGroup g = tiling::row_group(geo, blockIdx.x, threadIdx.x);
   const std::int64_t width = geo.group_width();

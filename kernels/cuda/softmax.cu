@@ -24,6 +24,9 @@ namespace carto::cuda {
 
 namespace {
 
+// Row kernels run up to 1024 threads a block (tiling::row_launch): registers are capped to fit.
+constexpr int kRowThreads = static_cast<int>(tiling::kMaxBlockThreads);
+
 using tiling::CausalMask;
 using tiling::RowLaunch;
 
@@ -33,8 +36,8 @@ struct SoftmaxRows {
   CausalMask mask{};
 };
 
-__global__ void forward_kernel(Elements x, Elements y, SoftmaxRows geo, float scale,
-                               RowLaunch launch) {
+__global__ void __launch_bounds__(kRowThreads)
+    forward_kernel(Elements x, Elements y, SoftmaxRows geo, float scale, RowLaunch launch) {
   __shared__ MaxSum scratch[32];
   const tiling::RowGroup g = tiling::row_group(launch, blockIdx.x, threadIdx.x);
   const std::int64_t width = launch.group_width();
@@ -51,8 +54,9 @@ __global__ void forward_kernel(Elements x, Elements y, SoftmaxRows geo, float sc
   }
 }
 
-__global__ void backward_kernel(Elements y, Elements dy, Elements dx, SoftmaxRows geo, float scale,
-                                RowLaunch launch) {
+__global__ void __launch_bounds__(kRowThreads)
+    backward_kernel(Elements y, Elements dy, Elements dx, SoftmaxRows geo, float scale,
+                    RowLaunch launch) {
   __shared__ float scratch[32];
   const tiling::RowGroup g = tiling::row_group(launch, blockIdx.x, threadIdx.x);
   const std::int64_t width = launch.group_width();

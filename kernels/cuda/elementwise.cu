@@ -115,7 +115,7 @@ __global__ void dropout_kernel(Elements src, Elements dst, RowPlacement rows, Rn
     if (probability > 0.0f) words = rng::block(rng, g.block);  // p = 0 keeps every element
     const std::int64_t first = row * rows.row_length + g.first_col;
     for (int s = 0; s < g.count; ++s) {
-      const bool keep = rng::word_to_uniform(words[g.first_slot + s]) >= probability;
+      const bool keep = rng::keep_of_word(words[g.first_slot + s], probability);
       const std::int64_t i = first + s;
       if (!backward) {
         store(dst, i, keep ? load(src, i) * kept : 0.0f);

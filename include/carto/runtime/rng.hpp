@@ -110,9 +110,15 @@ CARTO_HOST_DEVICE constexpr float uniform(RngStream s, std::int64_t index) {
   return word_to_uniform(bits(s, index));
 }
 
+// Dropout's mask from the element's random word (a kernel that computes a whole block at once
+// calls this on each of its four words).
+CARTO_HOST_DEVICE constexpr bool keep_of_word(std::uint32_t word, float probability) {
+  return word_to_uniform(word) >= probability;
+}
+
 // Dropout: whether element `index` is kept when each element is dropped with `probability`.
 CARTO_HOST_DEVICE constexpr bool keep(RngStream s, std::int64_t index, float probability) {
-  return uniform(s, index) >= probability;
+  return keep_of_word(bits(s, index), probability);
 }
 
 namespace detail {

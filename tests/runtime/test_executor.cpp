@@ -11,9 +11,13 @@
 // gradient is ~0 can flip its update sign, so parameters agree to 1e-4 absolute (a tenth of one
 // update) and the losses to 1e-4 relative. A wrong plan (a missed all-reduce, a wrong slice, a
 // wrong dropout mask) changes values by the size of the values themselves (~1e-2 .. 1).
+//
+// Mixed bf16 (the last test cases): the same comparison against single-device mixed-bf16
+// training, with tolerances from bf16's unit roundoff u = 2^-8 derived in the comment there.
 #include <algorithm>
 #include <carto/cost/hardware.hpp>
 #include <carto/layers.hpp>
+#include <carto/runtime/bf16.hpp>
 #include <carto/runtime/executor.hpp>
 #include <carto/runtime/thread_comm.hpp>
 #include <carto/runtime/trainer.hpp>
@@ -41,11 +45,12 @@ namespace {
 using namespace carto::testing;
 
 // Trains `steps` steps of `plan` on thread ranks; rank 0's view.
-RunResult train(const Graph& g, const Plan& plan, int steps, std::int64_t global_batch) {
+RunResult train(const Graph& g, const Plan& plan, int steps, std::int64_t global_batch,
+                const TrainSetup& setup = {}) {
   RunResult out;
   std::mutex mutex;
   run_threads(static_cast<int>(plan.mesh.num_devices()), [&](Communicator& world) {
-    RunResult r = train_rank(world, g, plan, steps, global_batch);
+    RunResult r = train_rank(world, g, plan, steps, global_batch, setup);
     if (world.rank() == 0) {
       std::lock_guard lock(mutex);
       out = std::move(r);
@@ -182,7 +187,8 @@ struct MatrixRow {
   std::string plan;
   std::int64_t predicted = 0;
   std::int64_t measured = 0;
-  bool memory_checked = true;  // false for random plans (see below)
+  bool memory_checked = true;       // false for random plans (see below)
+  std::int64_t with_workspace = 0;  // mixed bf16: the peak with the CPU kernels' workspace
 };
 
 // The fastest point of a frontier within `budget` (the leanest when none fits), as a Plan.
@@ -337,4 +343,286 @@ TEST_CASE("a Sequential model under random plans equals one device", "[executor]
       CHECK(largest_difference(got, ref) <= 1e-5);
     }
   }
+}
+
+// ---- mixed bf16 --------------------------------------------------------------------------------
+//
+// Tolerances. A sharded mixed-bf16 run and the single-device one compute the same function but do
+// not round alike: a contraction split over devices stores each device's partial sum in bf16 before
+// the (fp32, rank-order) reduction rounds the sum once more, where one device rounds the whole sum
+// once; a data-parallel parameter gradient is such a sum over the batch. At such a stage the two
+// values differ by up to u·Σ|partials| + 2u·|sum|. From the first stage where they differ, every
+// later bf16 store (each op's output in forward, each input gradient in backward: N = 2·ops stores
+// on the way from a parameter to the loss and back) rounds a slightly different value, and two
+// values a fraction of an ulp apart round to neighbours with a probability of that fraction; so
+// after the first divergence the two runs' roundings behave as independent: each store adds to the
+// norm-wise relative difference a rounding error of RMS u/√3 per run, uncorrelated across stores
+// (an RMS model, not a worst case), giving ρ = sqrt(2·N/3)·u for two bf16 runs and sqrt(N/3)·u
+// between a bf16 run and the fp32 run (which rounds only at 2^-24, negligible here).
+//  - Parameters. The runs use AdamW with ε = 1 ≫ sqrt(v̂) (lr 0.5): the update is lr·m̂/(1+√v̂),
+//    linear in the gradients to within √v̂ ≪ 1. (With the default ε = 1e-8 the update is close to
+//    lr·sign(g), and an element whose gradient is below its rounding error flips its step: no bound
+//    on u limits that.) So the updates Δ = p_S - p_0 of the two runs differ norm-wise by the
+//    gradients' relative difference: ‖Δ - Δ_ref‖ / ‖Δ_ref‖ <= 2ρ (a factor 2 for the path's gain
+//    and the RMS model's spread). A run one step short misses a whole update (≈ 1/S of Δ), and a
+//    run on other batches has other gradients: both are far past it.
+//  - Losses. A loss is the mean over T tokens of lse(z) - z_target, each moved by at most 2·|δz|
+//    (the softmax's gradient has ℓ1 norm <= 2) with |δz| of RMS ρ·max|z| per logit, independent
+//    across tokens: |ΔL| <= 4·sqrt(1/T)·ρ·max|z| (4 RMS widths), max|z| measured on the reference.
+namespace {
+
+constexpr std::int64_t kMixedBatch = 4;
+constexpr int kMixedSteps = 3;
+
+TrainSetup linear_adamw() {
+  return {.trainer = {.seed = 77, .adamw = {.learning_rate = 0.5f, .epsilon = 1.0f}},
+          .batch_seed = 1000,
+          .diagnostics = true,
+          .split_workspace = true};
+}
+
+constexpr GptConfig kMixed{.name = "small",
+                           .layers = 2,
+                           .hidden = 128,
+                           .heads = 4,
+                           .vocab = kTiny.vocab,
+                           .seq = kTiny.seq};
+
+Graph mixed_graph(std::int64_t batch) {
+  return build_gpt(kMixed, {.batch = batch, .precision = Precision::mixed_bf16, .dropout = 0.1});
+}
+
+// ‖Δ - Δ_ref‖ / ‖Δ_ref‖ over all parameters, Δ = final - initial (the reference's initial).
+double update_error(const RunResult& got, const RunResult& ref) {
+  double num = 0, den = 0;
+  for (std::size_t p = 0; p < ref.params.size(); ++p) {
+    for (std::size_t i = 0; i < ref.params[p].size(); ++i) {
+      const double d_ref = static_cast<double>(ref.params[p][i]) - ref.initial[p][i];
+      const double d_got = static_cast<double>(got.params[p][i]) - ref.initial[p][i];
+      num += (d_got - d_ref) * (d_got - d_ref);
+      den += d_ref * d_ref;
+    }
+  }
+  return std::sqrt(num / den);
+}
+
+struct MixedBounds {
+  double rho = 0;     // norm-wise relative difference of the gradients
+  double update = 0;  // on update_error
+  double loss = 0;    // on |ΔL| per step
+};
+
+// `runs_rounding` is 2 between two bf16 runs, 1 between a bf16 run and the fp32 run.
+MixedBounds mixed_bounds(const Graph& g, const RunResult& ref, int runs_rounding) {
+  const double stores = 2.0 * static_cast<double>(g.num_ops());
+  const double tokens = static_cast<double>(kMixedBatch * kTiny.seq);
+  MixedBounds b;
+  b.rho = std::sqrt(runs_rounding * stores / 3.0) * kBf16Unit;
+  b.update = 2 * b.rho;
+  b.loss = 4 * std::sqrt(1.0 / tokens) * b.rho * ref.logit_max;
+  return b;
+}
+
+// An empty string when `got` is within the bounds of `ref`; else what is past them. `worst`
+// collects the largest update error and loss difference, each over its bound.
+std::string compare_mixed(const RunResult& got, const RunResult& ref, const MixedBounds& b,
+                          double* worst_update = nullptr, double* worst_loss = nullptr) {
+  if (got.params.size() != ref.params.size()) return "different numbers of parameters";
+  std::string problems;
+  const double e = update_error(got, ref);
+  if (worst_update != nullptr) *worst_update = std::max(*worst_update, e / b.update);
+  if (!(e <= b.update)) problems += detail::concat("update error ", e, " > ", b.update, "; ");
+  for (std::size_t s = 0; s < std::min(got.losses.size(), ref.losses.size()); ++s) {
+    const double d = std::abs(got.losses[s] - ref.losses[s]);
+    if (worst_loss != nullptr) *worst_loss = std::max(*worst_loss, d / b.loss);
+    if (!(d <= b.loss))
+      problems += detail::concat("step ", s, ": loss ", got.losses[s], " vs ", ref.losses[s],
+                                 " (bound ", b.loss, "); ");
+  }
+  if (got.losses.size() != ref.losses.size())
+    problems += detail::concat(got.losses.size(), " steps vs ", ref.losses.size(), "; ");
+  return problems;
+}
+
+std::string describe(const RunResult& got, const RunResult& ref, const MixedBounds& b) {
+  std::ostringstream o;
+  o << "update error " << update_error(got, ref) << " (bound " << b.update << "), losses";
+  for (std::size_t s = 0; s < std::min(got.losses.size(), ref.losses.size()); ++s)
+    o << " " << got.losses[s] - ref.losses[s];
+  o << " off (bound " << b.loss << ")";
+  return o.str();
+}
+
+}  // namespace
+
+TEST_CASE("mixed bf16 on one device stays close to fp32", "[executor][bf16]") {
+  const DeviceMesh one = parse_mesh("1");
+  const Graph g = mixed_graph(kMixedBatch);
+  const Graph g32 = build_gpt(kMixed, {.batch = kMixedBatch, .precision = Precision::fp32});
+  const RunResult fp32 = train(g32, make_plan(g32, one, replicated_strategies(g32, one)),
+                               kMixedSteps, kMixedBatch, linear_adamw());
+  const RunResult bf16 = train(g, mixed(make_plan(g, one, replicated_strategies(g, one))),
+                               kMixedSteps, kMixedBatch, linear_adamw());
+  const MixedBounds b = mixed_bounds(g, fp32, 1);
+  INFO("mixed vs fp32: " << describe(bf16, fp32, b));
+  CHECK(compare_mixed(bf16, fp32, b).empty());
+  // The bf16 run did round: its parameters are not the fp32 run's.
+  CHECK(update_error(bf16, fp32) > 0);
+  // Under mixed_bf16 parameter() returns the fp32 master: not all values are bf16-representable.
+  bool off_grid = false;
+  for (const auto& p : bf16.params)
+    for (float v : p) off_grid = off_grid || round_to_bf16(v) != v;
+  CHECK(off_grid);
+}
+
+TEST_CASE("mixed bf16: sharded training equals one device; memory as predicted",
+          "[executor][bf16]") {
+  const HardwareProfile hw = hardware::h100();
+  std::map<std::int64_t, RunResult> reference;  // by micro-batch count
+  std::map<std::int64_t, MixedBounds> bounds;
+  auto reference_for = [&](std::int64_t micro) -> const RunResult& {
+    if (!reference.contains(micro)) {
+      const Graph g = mixed_graph(kMixedBatch / micro);
+      const DeviceMesh one = parse_mesh("1");
+      reference[micro] = train(g, mixed(make_plan(g, one, replicated_strategies(g, one), 0, micro)),
+                               kMixedSteps, kMixedBatch, linear_adamw());
+      bounds[micro] = mixed_bounds(g, reference[micro], 2);
+    }
+    return reference[micro];
+  };
+  std::vector<MatrixRow> rows;
+  double worst_update = 0, worst_loss = 0;
+  auto run = [&](const Graph& g, const Plan& plan, const std::string& name) {
+    const RunResult got = train(g, plan, kMixedSteps, kMixedBatch, linear_adamw());
+    const RunResult& ref = reference_for(plan.micro_batches);
+    const MixedBounds& b = bounds[plan.micro_batches];
+    INFO(name << ": " << describe(got, ref, b));
+    CHECK(compare_mixed(got, ref, b, &worst_update, &worst_loss).empty());
+    const PointCost predicted =
+        evaluate_point(g, plan.mesh, hw,
+                       DpOptions{.precision = Precision::mixed_bf16,
+                                 .dropout_masks = DropoutMasks::regenerated,
+                                 .gradient_reduction = plan.gradient_reduction,
+                                 .zero_stage = plan.zero_stage,
+                                 .micro_batches = plan.micro_batches},
+                       plan.strategy, plan_checkpoints(g, plan));
+    // Known misprice, not held to 5%: with gradients reduced in fp32 at ZeRO 2-3 the executor
+    // widens each local bf16 gradient into an fp32 temporary (4 bytes per element) for the
+    // reduction during backward, at the activations' peak; evaluate_point prices the fp32 bytes on
+    // the wire but not that buffer.
+    const bool widened_in_backward = plan.gradient_reduction == DType::fp32 && plan.zero_stage >= 2;
+    rows.push_back({.plan = name,
+                    .predicted = predicted.peak_bytes,
+                    .measured = got.executor_peak_bytes,
+                    .memory_checked = !widened_in_backward,
+                    .with_workspace = got.peak_bytes});
+  };
+  auto megatron = [&](const char* m, int zero, bool ckpt, std::int64_t micro = 1,
+                      DType reduction = DType::bf16) {
+    const DeviceMesh mesh = parse_mesh(m);
+    const Graph g = mixed_graph(kMixedBatch / micro);
+    const Plan plan = mixed(make_plan(g, mesh,
+                                      testing::megatron_strategy_indices(
+                                          g, mesh, kMixed.hidden, testing::SequenceParallel::off),
+                                      zero, micro, ckpt),
+                            reduction);
+    run(g, plan,
+        std::string("megatron mesh ") + m + " zero " + std::to_string(zero) +
+            (micro > 1 ? " micro " + std::to_string(micro) : "") + (ckpt ? " ckpt" : "") +
+            " reduce " + std::string(to_string_view(reduction)));
+  };
+  // Megatron plans on meshes 2, 4 and 2x2, every ZeRO stage, with and without checkpointing,
+  // gradients reduced in bf16 and in fp32, and gradient accumulation over two micro-batches.
+  megatron("tp=2", 0, false);
+  megatron("tp=2", 1, true);
+  megatron("tp=4", 2, false);
+  megatron("tp=4", 3, true);
+  for (int zero = 0; zero <= 3; ++zero) megatron("dp=2,tp=2", zero, zero % 2 == 1);
+  megatron("dp=2,tp=2", 1, false, 1, DType::fp32);
+  megatron("dp=2,tp=2", 2, true, 1, DType::fp32);
+  megatron("dp=2,tp=2", 1, false, 2);
+  // Searched plans (mixed-bf16 pricing) halfway between the fastest and the leanest.
+  for (const char* m : {"2", "4", "2x2"}) {
+    const DeviceMesh mesh = parse_mesh(m);
+    const Graph g = mixed_graph(kMixedBatch);
+    const DpOptions dp{.precision = Precision::mixed_bf16,
+                       .dropout_masks = DropoutMasks::regenerated,
+                       .tolerance = mesh.num_axes() > 1 ? 0.05 : 0.0};
+    const DpResult r = dp_frontier(g, mesh, hw, dp);
+    REQUIRE(!r.frontier.empty());
+    const std::int64_t budget = (r.frontier.front().peak_bytes + r.frontier.back().peak_bytes) / 2;
+    Plan plan = plan_within(g, mesh, hw, dp, r, budget);
+    REQUIRE(plan.precision == Precision::mixed_bf16);
+    run(g, plan, std::string("searched mesh ") + m + " budget " + std::to_string(budget));
+  }
+  WARN("mixed bf16 parity: worst update error / bound "
+       << worst_update << ", worst loss difference / bound " << worst_loss);
+
+  // The check can fail: a run on other batches, and a run one step short, are past the bounds.
+  {
+    const DeviceMesh one = parse_mesh("1");
+    const Graph g = mixed_graph(kMixedBatch);
+    const Plan plan = mixed(make_plan(g, one, replicated_strategies(g, one)));
+    TrainSetup other = linear_adamw();
+    other.batch_seed = 2000;
+    const RunResult wrong_seed = train(g, plan, kMixedSteps, kMixedBatch, other);
+    const RunResult short_run = train(g, plan, kMixedSteps - 1, kMixedBatch, linear_adamw());
+    const RunResult& ref = reference_for(1);
+    INFO("other batches: " << describe(wrong_seed, ref, bounds[1]));
+    INFO("one step short: " << describe(short_run, ref, bounds[1]));
+    CHECK_FALSE(compare_mixed(wrong_seed, ref, bounds[1]).empty());
+    CHECK(update_error(wrong_seed, ref) > bounds[1].update);
+    CHECK(update_error(short_run, ref) > bounds[1].update);
+  }
+
+  // The memory table, as for fp32: the executor's measured peak per rank against evaluate_point's
+  // prediction with Precision::mixed_bf16, within 5%. The model prices no kernel workspace, and
+  // the CPU kernels stage bf16 views through fp32 scratch during a call (an fp32 copy of each bf16
+  // GEMM operand, 16 KiB per staged elementwise view: cpu/elements.hpp), so the executor's own
+  // allocations are measured apart from that scratch (workspace_backend.hpp); the peak with it is
+  // shown beside.
+  std::ostringstream table;
+  table << "mixed bf16 plan | predicted bytes | measured bytes (executor) | measured/predicted | "
+           "with kernel workspace\n";
+  int over = 0;
+  for (const MatrixRow& r : rows) {
+    const double ratio = static_cast<double>(r.measured) / static_cast<double>(r.predicted);
+    const bool bad = r.memory_checked && std::abs(ratio - 1.0) > 0.05;
+    table << r.plan << " | " << r.predicted << " | " << r.measured << " | " << ratio << " | "
+          << r.with_workspace << " ("
+          << static_cast<double>(r.with_workspace) / static_cast<double>(r.predicted) << ")"
+          << (r.memory_checked ? "" : " (not checked: the fp32 reduction buffer is unpriced)")
+          << (bad ? "  <-- past 5%" : "") << "\n";
+    over += bad ? 1 : 0;
+  }
+  WARN(table.str());
+  CHECK(over == 0);
+}
+
+TEST_CASE("mixed bf16: refused gradient reductions name what would be right", "[executor][bf16]") {
+  const DeviceMesh one = parse_mesh("1");
+  const Graph g = mixed_graph(kMixedBatch);
+  const HardwareProfile hw = hardware::h100();
+  std::string fp32_bf16, mixed_fp16;
+  run_threads(1, [&](Communicator& world) {
+    cpu::CpuBackend backend;
+    MeshComms comms(world, one);
+    std::vector<Strategy> st;
+    const std::vector<std::size_t> idx = replicated_strategies(g, one);
+    for (std::size_t k = 0; k < g.num_ops(); ++k)
+      st.push_back(enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, one).at(idx[k]));
+    auto message = [&](ExecutorOptions o) {
+      try {
+        Executor ex(g, one, st, backend, comms, hw, o);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("(no error)");
+    };
+    fp32_bf16 = message({.precision = Precision::fp32, .gradient_reduction = DType::bf16});
+    mixed_fp16 = message({.precision = Precision::mixed_bf16, .gradient_reduction = DType::fp16});
+  });
+  CHECK_THAT(fp32_bf16, Catch::Contains("fp32 training reduces gradients in fp32, not bf16"));
+  CHECK_THAT(mixed_fp16,
+             Catch::Contains("mixed_bf16 training reduces gradients in fp32 or bf16, not fp16"));
 }

@@ -527,7 +527,7 @@ TEST_CASE("execute_reshard: misuse throws naming what was expected", "[reshard][
     const TensorShape local = local_shape(global, from, mesh);
     wrong_dtype[rank] = message([&] {
       (void)execute_reshard(backend, comms, global,
-                            ConstTensorView(buffer.data(), local, DType::bf16), plan,
+                            ConstTensorView(buffer.data(), local, DType::fp16), plan,
                             MemoryCategory::activations);
     });
     // The plan's steps start from S(tp) on dim 1; claiming S(dp) there makes its first step
@@ -543,7 +543,7 @@ TEST_CASE("execute_reshard: misuse throws naming what was expected", "[reshard][
     INFO("rank " << r);
     CHECK_THAT(wrong_shape[r], Catch::Contains("has shape (s=4, h=8)") &&
                                    Catch::Contains("expected the local shape (s=4, h=4)"));
-    CHECK_THAT(wrong_dtype[r], Catch::Contains("bf16") && Catch::Contains("fp32"));
+    CHECK_THAT(wrong_dtype[r], Catch::Contains("is fp16") && Catch::Contains("fp32 and bf16"));
     CHECK_THAT(wrong_plan[r], Catch::Contains("does not apply to spec 'R,S(dp)'"));
   }
 }

@@ -104,8 +104,8 @@ inline std::vector<float> Executor::evaluate(std::span<const HostInput> inputs, 
   std::vector<float> out;
   for (std::size_t k = 0; k <= last; ++k) run_forward(k, false);
   std::shared_ptr<Buffer> value = materialize(t, act_[t.index()]);
-  out =
-      gather_to_host(info.shape, value->view(local_of(t, stored_[t.index()])), stored_[t.index()]);
+  out = gather_to_host(info.shape, view_of(t, *value, local_of(t, stored_[t.index()])),
+                       stored_[t.index()]);
   evaluate_target_ = TensorId{};
   inference_ = false;
   for (auto& a : act_) a.reset();

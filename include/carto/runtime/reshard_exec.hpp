@@ -30,7 +30,8 @@
 // output's, which the plan does not count).
 // Every collective is preceded by backend.synchronize() and waited for before the backend reads
 // its output, so a backend with a queue (CUDA) sees its writes ordered with the communicator's.
-// fp32 only (the reducing collectives sum fp32).
+// fp32 and bf16 (the tensor's dtype, kept by every step and staging buffer; a bf16 reduction sums
+// in fp32 in rank order and rounds once, communicator.hpp); other dtypes throw.
 #pragma once
 
 #include <cstddef>
@@ -128,11 +129,12 @@ inline void copy_whole(Backend& backend, ConstTensorView src, TensorView dst) {
   backend.copy_strided(src, all, dst, all, extents_of(src.shape()), CopyMode::assign);
 }
 
-inline std::span<const float> span_of(ConstTensorView v) {
-  return {v.f32(), static_cast<std::size_t>(v.numel())};
+// A view's bytes, for the byte-level collectives (which take the view's dtype beside them).
+inline std::span<const std::byte> span_of(ConstTensorView v) {
+  return {static_cast<const std::byte*>(v.data()), static_cast<std::size_t>(v.bytes())};
 }
-inline std::span<float> span_of(TensorView v) {
-  return {v.f32(), static_cast<std::size_t>(v.numel())};
+inline std::span<std::byte> span_of(TensorView v) {
+  return {static_cast<std::byte*>(v.data), static_cast<std::size_t>(v.bytes())};
 }
 
 inline std::string describe_step(const ReshardPlan& plan, std::size_t i) {
@@ -201,8 +203,9 @@ inline void run_reshard_step(Backend& backend, Communicator& comm, const Reshard
                              ConstTensorView in, TensorView out) {
   const std::int64_t n = comm.size();
   const std::int64_t c = comm.rank();
+  const DType dt = in.dtype();
   auto staging = [&](const TensorShape& shape) {
-    return backend.allocate(shape, DType::fp32, MemoryCategory::temporaries);
+    return backend.allocate(shape, dt, MemoryCategory::temporaries);
   };
   switch (step.kind) {
     case ReshardKind::local_slice: {
@@ -223,47 +226,47 @@ inline void run_reshard_step(Backend& backend, Communicator& comm, const Reshard
       return;
     case ReshardKind::all_reduce:
       backend.synchronize();
-      comm.all_reduce(span_of(in), span_of(out), ReduceOp::sum).wait();
+      comm.all_reduce(span_of(in), span_of(out), dt, ReduceOp::sum).wait();
       return;
     case ReshardKind::all_gather:
       backend.synchronize();
       if (chunks_contiguous(out.shape, step.dim)) {
-        comm.all_gather(span_of(in), span_of(out)).wait();
+        comm.all_gather(span_of(in), span_of(out), dt).wait();
       } else {
         const Buffer gathered = staging(out.shape);
-        const TensorView g = gathered.view(out.shape);
-        comm.all_gather(span_of(in), span_of(g)).wait();
+        const TensorView g = gathered.view(out.shape, dt);
+        comm.all_gather(span_of(in), span_of(g), dt).wait();
         unpack_chunks(backend, g, step.dim, n, out);
       }
       return;
     case ReshardKind::reduce_scatter:
       if (chunks_contiguous(in.shape(), step.dim)) {
         backend.synchronize();
-        comm.reduce_scatter(span_of(in), span_of(out), ReduceOp::sum).wait();
+        comm.reduce_scatter(span_of(in), span_of(out), dt, ReduceOp::sum).wait();
       } else {
         const Buffer packed = staging(in.shape());
-        const TensorView p = packed.view(in.shape());
+        const TensorView p = packed.view(in.shape(), dt);
         pack_chunks(backend, in, step.dim, n, p);
         backend.synchronize();
-        comm.reduce_scatter(span_of(ConstTensorView(p)), span_of(out), ReduceOp::sum).wait();
+        comm.reduce_scatter(span_of(ConstTensorView(p)), span_of(out), dt, ReduceOp::sum).wait();
       }
       return;
     case ReshardKind::all_to_all: {
       // Send chunk k: piece k of `in` along to_dim; receive chunk i: piece i of `out` along dim.
       const Buffer buffer = staging(in.shape());
-      const TensorView s = buffer.view(in.shape());
+      const TensorView s = buffer.view(in.shape(), dt);
       if (chunks_contiguous(out.shape, step.dim)) {
         pack_chunks(backend, in, step.to_dim, n, s);
         backend.synchronize();
-        comm.all_to_all(span_of(ConstTensorView(s)), span_of(out)).wait();
+        comm.all_to_all(span_of(ConstTensorView(s)), span_of(out), dt).wait();
       } else {
         if (chunks_contiguous(in.shape(), step.to_dim)) {
           backend.synchronize();
-          comm.all_to_all(span_of(in), span_of(s)).wait();
+          comm.all_to_all(span_of(in), span_of(s), dt).wait();
         } else {
           pack_chunks(backend, in, step.to_dim, n, s);
           backend.synchronize();
-          comm.all_to_all(span_of(s)).wait();
+          comm.all_to_all(span_of(ConstTensorView(s)), span_of(s), dt).wait();
         }
         unpack_chunks(backend, s, step.dim, n, out);
       }
@@ -279,7 +282,8 @@ inline void run_reshard_step(Backend& backend, Communicator& comm, const Reshard
 // MakePartial::allow when the target may be Partial over more axes than the source) through the
 // mesh communicators. Returns a new buffer holding the local shard in `plan.to`, allocated through
 // backend.allocate(..., category); temporaries go through it with MemoryCategory::temporaries.
-// `local` (fp32) must have local_shape(global, plan.from, comms.mesh()); `local` is not modified.
+// `local` (fp32 or bf16; the output and every temporary keep it) must have local_shape(global,
+// plan.from, comms.mesh()); `local` is not modified.
 // Collective over the mesh: every rank calls it with the same global shape and plan.
 inline Buffer execute_reshard(Backend& backend, MeshComms& comms, const TensorShape& global,
                               ConstTensorView local, const ReshardPlan& plan,
@@ -297,19 +301,20 @@ inline Buffer execute_reshard(Backend& backend, MeshComms& comms, const TensorSh
                  plan.from, "' on mesh ", mesh, " has shape ", local.shape(),
                  "; expected the local shape ", expected);
   }
-  if (local.dtype() != DType::fp32) {
+  const DType dt = local.dtype();
+  if (dt != DType::fp32 && dt != DType::bf16) {
     detail::fail("carto: execute_reshard: the local shard of tensor ", global, " is ",
-                 to_string_view(local.dtype()), "; resharding runs on fp32");
+                 to_string_view(dt), "; resharding runs on fp32 and bf16");
   }
-  const ConstTensorView source(local.data(), expected, DType::fp32);
+  const ConstTensorView source(local.data(), expected, dt);
 
   if (plan.steps.empty()) {
     if (!(plan.from == plan.to)) {
       detail::fail("carto: execute_reshard: the plan '", plan.from, "' -> '", plan.to,
                    "' has no steps but its specs differ");
     }
-    Buffer out = backend.allocate(expected, DType::fp32, category);
-    detail::copy_whole(backend, source, out.view(expected));
+    Buffer out = backend.allocate(expected, dt, category);
+    detail::copy_whole(backend, source, out.view(expected, dt));
     return out;
   }
 
@@ -325,9 +330,8 @@ inline Buffer execute_reshard(Backend& backend, MeshComms& comms, const TensorSh
     }
     const TensorShape out_shape = local_shape(global, next, mesh);
     const bool last = i + 1 == plan.steps.size();
-    Buffer out =
-        backend.allocate(out_shape, DType::fp32, last ? category : MemoryCategory::temporaries);
-    const TensorView o = out.view(out_shape);
+    Buffer out = backend.allocate(out_shape, dt, last ? category : MemoryCategory::temporaries);
+    const TensorView o = out.view(out_shape, dt);
     detail::run_reshard_step(backend, comms.axis(mesh.index_of(step.axis)), step, in, o);
     current = std::move(out);  // frees the previous step's output
     in = o;
@@ -340,13 +344,13 @@ inline Buffer execute_reshard(Backend& backend, MeshComms& comms, const TensorSh
   return current;
 }
 
-// Plans the move with `cache` (the fastest path under `hw`, Partial targets allowed through
-// make_partial) and runs it.
+// Plans the move with `cache` (the fastest path under `hw` for the tensor's dtype, Partial targets
+// allowed through make_partial) and runs it.
 inline Buffer reshard_tensor(Backend& backend, MeshComms& comms, ReshardCache& cache,
                              const HardwareProfile& hw, const TensorShape& global,
                              ConstTensorView local, const ShardingSpec& from,
                              const ShardingSpec& to, MemoryCategory category) {
-  const ReshardPlan plan = cache.plan(global, DType::fp32, from, to, comms.mesh(), hw,
+  const ReshardPlan plan = cache.plan(global, local.dtype(), from, to, comms.mesh(), hw,
                                       {.make_partial = MakePartial::allow});
   return execute_reshard(backend, comms, global, local, plan, category);
 }

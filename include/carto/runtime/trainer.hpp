@@ -5,7 +5,10 @@
 // reduces the gradients and runs AdamW. It is built from the graph of one micro-batch (the plan
 // was searched for it) and the plan; the plan's mesh must be the communicators' mesh. Token
 // batches are (batch, seq) int32 ids and next-token targets, row-major; the graph's index inputs
-// are taken in tensor order as (ids, targets), as build_gpt makes them.
+// are taken in tensor order as (ids, targets), as build_gpt makes them. It trains in the plan's
+// precision and reduces gradients in the plan's gradient_reduction (Plan::precision,
+// Plan::gradient_reduction: what the plan was priced for), picking the plan's strategies with the
+// same options.
 #pragma once
 
 #include <chrono>
@@ -100,14 +103,19 @@ class Trainer {
           index_inputs_.size());
     }
     backend_.use_allocator(&tracking_);
-    ExecutorOptions eo{.zero_stage = plan.zero_stage,
+    ExecutorOptions eo{.precision = plan.precision,
+                       .gradient_reduction = plan.gradient_reduction,
+                       .zero_stage = plan.zero_stage,
                        .checkpointed = plan_checkpoints(graph_, plan),
                        .seed = options.seed,
                        .init_stddev = options.init_stddev,
                        .adamw = options.adamw};
     executor_ = std::make_unique<Executor>(
-        graph_, plan.mesh, plan_strategies(graph_, plan, {.precision = Precision::fp32}), backend,
-        comms, hw, std::move(eo));
+        graph_, plan.mesh,
+        plan_strategies(
+            graph_, plan,
+            {.precision = plan.precision, .gradient_reduction = plan.gradient_reduction}),
+        backend, comms, hw, std::move(eo));
   }
   ~Trainer() {
     executor_.reset();

@@ -9,7 +9,8 @@
 // its inputs through reread (inputs.hpp); route_gradient hands a parameter's gradient to
 // accumulate_parameter_gradient (parameters.hpp) and moves an activation's gradient to the spec
 // its producer needs (the stored spec without Partial), adding it into grad_. After an op's
-// backward its saved tensors and its output's gradient are dropped.
+// backward its saved tensors and its output's gradient are dropped. A gradient has its tensor's
+// dtype (dtype_of: the compute dtype, a loss's fp32); the layernorm backward sums are fp32.
 #pragma once
 
 #include "carto/runtime/executor/forward.hpp"
@@ -23,12 +24,12 @@ inline void Executor::backward() {
   const TensorId r = g_.result();
   const ShardingSpec seed_spec = without_partial(stored_[r.index()]);
   const TensorShape local = local_of(r, seed_spec);
-  auto seed = allocate(local, MemoryCategory::temporaries);
+  auto seed = allocate(local, dtype_of(r), MemoryCategory::temporaries);
   const float inv_m = 1.0f / static_cast<float>(micro_count_);
   if (g_.tensor(r).shape.numel() == 1) {
-    be_.fill(seed->view(local), inv_m);
+    be_.fill(view_of(r, *seed, local), inv_m);
   } else {
-    be_.fill_normal(seed->view(local), inv_m, seed_stream(),
+    be_.fill_normal(view_of(r, *seed, local), inv_m, seed_stream(),
                     placement(g_.tensor(r).shape, seed_spec));
   }
   grad_[r.index()] = seed;
@@ -82,14 +83,14 @@ inline void Executor::route_gradient(std::size_t k, std::size_t i, std::shared_p
   const TensorShape need_local = local_of(t, need);
   std::shared_ptr<Buffer> moved = grad;
   if (!(have == need)) {
-    moved =
-        std::make_shared<Buffer>(move(info.shape, grad->view(local_of(t, without_partial(have))),
-                                      have, need, MemoryCategory::temporaries));
+    moved = std::make_shared<Buffer>(move(info.shape,
+                                          view_of(t, *grad, local_of(t, without_partial(have))),
+                                          have, need, MemoryCategory::temporaries));
   }
   if (grad_[t.index()] == nullptr) {
     grad_[t.index()] = moved;
   } else {
-    be_.add_scaled(moved->view(need_local), 1.0f, grad_[t.index()]->view(need_local));
+    be_.add_scaled(view_of(t, *moved, need_local), 1.0f, view_of(t, *grad_[t.index()], need_local));
   }
 }
 
@@ -100,7 +101,7 @@ inline void Executor::run_backward(std::size_t k) {
   std::shared_ptr<Buffer> dy_buf = grad_[out.index()];
   if (dy_buf == nullptr) return;  // the output does not reach the result
   const TensorShape out_local = local_of(out, without_partial(s.sharding.output));
-  const ConstTensorView dY = dy_buf->view(out_local);
+  const ConstTensorView dY = view_of(out, *dy_buf, out_local);
   Saved& sv = saved_[k];
 
   std::array<std::shared_ptr<Buffer>, 3> dx{};
@@ -111,13 +112,13 @@ inline void Executor::run_backward(std::size_t k) {
     g_local[i] = local_of(op.inputs[i], without_partial(s.gradients[i]));
     // Every non-index input gets a gradient buffer (graph inputs' are dropped by routing).
     if (g_.tensor(op.inputs[i]).kind != TensorKind::index)
-      dx[i] = zeros(g_local[i], MemoryCategory::temporaries);
+      dx[i] = zeros(g_local[i], dtype_of(op.inputs[i]), MemoryCategory::temporaries);
   }
-  auto DX = [&](std::size_t i) { return dx[i]->view(g_local[i]); };
+  auto DX = [&](std::size_t i) { return view_of(op.inputs[i], *dx[i], g_local[i]); };
   std::array<std::shared_ptr<Buffer>, 3> x{};
   auto X = [&](std::size_t i) -> ConstTensorView {
     if (x[i] == nullptr) x[i] = reread(k, i);
-    return x[i]->view(in_local[i]);
+    return view_of(op.inputs[i], *x[i], in_local[i]);
   };
   auto Ids = [&](std::size_t i) {
     if (x[i] == nullptr) x[i] = reread(k, i);
@@ -150,19 +151,19 @@ inline void Executor::run_backward(std::size_t k) {
       if (dx[1]) be_.bias_backward(dY, DX(1));
       break;
     case OpKind::softmax:
-      be_.softmax_backward(sv.output->view(out_local), dY, DX(0),
+      be_.softmax_backward(view_of(out, *sv.output, out_local), dY, DX(0),
                            {.scale = 1.0f,
                             .masking = op.masking,
                             .placement = placement(g_.tensor(out).shape, s.sharding.output)});
       break;
     case OpKind::layernorm: {
       const TensorShape rows = rows_shape(in_local[0]);
-      auto tmp0 = dx[0] ? nullptr : zeros(in_local[0], MemoryCategory::temporaries);
-      auto tmp1 = dx[1] ? nullptr : zeros(in_local[1], MemoryCategory::temporaries);
-      auto tmp2 = dx[2] ? nullptr : zeros(in_local[2], MemoryCategory::temporaries);
-      TensorView d0 = dx[0] ? DX(0) : tmp0->view(in_local[0]);
-      TensorView d1 = dx[1] ? DX(1) : tmp1->view(in_local[1]);
-      TensorView d2 = dx[2] ? DX(2) : tmp2->view(in_local[2]);
+      auto tmp0 = dx[0] ? nullptr : zeros(in_local[0], compute_, MemoryCategory::temporaries);
+      auto tmp1 = dx[1] ? nullptr : zeros(in_local[1], compute_, MemoryCategory::temporaries);
+      auto tmp2 = dx[2] ? nullptr : zeros(in_local[2], compute_, MemoryCategory::temporaries);
+      TensorView d0 = dx[0] ? DX(0) : tmp0->view(in_local[0], compute_);
+      TensorView d1 = dx[1] ? DX(1) : tmp1->view(in_local[1], compute_);
+      TensorView d2 = dx[2] ? DX(2) : tmp2->view(in_local[2], compute_);
       if (s.sharding.variant != OpVariant::distributed_statistics) {
         be_.layernorm_backward(dY, X(0), X(1), sv.state1.view(rows), sv.state2.view(rows), d0, d1,
                                d2);
@@ -188,16 +189,17 @@ inline void Executor::run_backward(std::size_t k) {
     }
     case OpKind::softmax_cross_entropy: {
       const TensorShape rows = rows_shape(in_local[0]);
-      be_.cross_entropy_backward(sv.extra->view(in_local[0]), Ids(1), sv.state1.view(rows),
-                                 reshaped(dY, {{"loss", 1}}), DX(0), ce_args(k));
+      be_.cross_entropy_backward(view_of(op.inputs[0], *sv.extra, in_local[0]), Ids(1),
+                                 sv.state1.view(rows), reshaped(dY, {{"loss", 1}}), DX(0),
+                                 ce_args(k));
       break;
     }
     case OpKind::fused_attention: {
       const TensorShape lse = {in_local[0].dims()[0], in_local[0].dims()[1], in_local[0].dims()[2]};
       const AttentionArgs args = attention_args(k);
       if (!gathers_kv(k)) {
-        be_.attention_backward(X(0), X(1), X(2), sv.output->view(out_local), sv.state1.view(lse),
-                               dY, DX(0), DX(1), DX(2), args);
+        be_.attention_backward(X(0), X(1), X(2), view_of(out, *sv.output, out_local),
+                               sv.state1.view(lse), dY, DX(0), DX(1), DX(2), args);
         break;
       }
       const TensorShape fs{
@@ -207,12 +209,14 @@ inline void Executor::run_backward(std::size_t k) {
           in_local[1].dims()[3]};
       auto kf = gather_seq(k, X(1));
       auto vf = gather_seq(k, X(2));
-      auto dkf = zeros(fs, MemoryCategory::temporaries);
-      auto dvf = zeros(fs, MemoryCategory::temporaries);
-      be_.attention_backward(X(0), kf->view(fs), vf->view(fs), sv.output->view(out_local),
-                             sv.state1.view(lse), dY, DX(0), dkf->view(fs), dvf->view(fs), args);
-      scatter_seq(k, dkf->view(fs), DX(1));
-      scatter_seq(k, dvf->view(fs), DX(2));
+      const DType dt = compute_;
+      auto dkf = zeros(fs, dt, MemoryCategory::temporaries);
+      auto dvf = zeros(fs, dt, MemoryCategory::temporaries);
+      be_.attention_backward(X(0), kf->view(fs, dt), vf->view(fs, dt),
+                             view_of(out, *sv.output, out_local), sv.state1.view(lse), dY, DX(0),
+                             dkf->view(fs, dt), dvf->view(fs, dt), args);
+      scatter_seq(k, dkf->view(fs, dt), DX(1));
+      scatter_seq(k, dvf->view(fs, dt), DX(2));
       break;
     }
     case OpKind::view: view_copy(op, dY, DX(0), CopyMode::accumulate, true); break;

@@ -8,6 +8,9 @@
 // order is permuted into a temporary first. The output is written in place when it is ordered
 // (batch, m, n), or (batch, n, m) as Cᵀ = Bᵀ·Aᵀ; otherwise through a temporary and a permuting
 // copy. `accumulate` adds to C (β = 1), which backward uses to sum into an input gradient.
+// Dtypes: the operands and C may be fp32 or bf16 (the GEMM accumulates in fp32 and rounds once
+// on a bf16 store); a permuted operand keeps its dtype, and a permuted output goes through a
+// temporary of C's dtype (so a bf16 C is rounded there, then added in fp32 and rounded again).
 #pragma once
 
 #include "carto/runtime/executor/executor_class.hpp"
@@ -67,14 +70,14 @@ inline void Executor::local_einsum(const IndexLetters& la, ConstTensorView A,
     ta = Transpose::yes;
   } else {
     a_tmp = permuted(A, sa, batch + m + kk);
-    a = a_tmp->view(permuted_shape(A.shape(), sa, batch + m + kk));
+    a = a_tmp->view(permuted_shape(A.shape(), sa, batch + m + kk), A.dtype());
   }
   if (sb == batch + kk + n) {
   } else if (sb == batch + n + kk) {
     tb = Transpose::yes;
   } else {
     b_tmp = permuted(B, sb, batch + kk + n);
-    b = b_tmp->view(permuted_shape(B.shape(), sb, batch + kk + n));
+    b = b_tmp->view(permuted_shape(B.shape(), sb, batch + kk + n), B.dtype());
   }
   auto shape3 = [&](std::int64_t r, std::int64_t c) {
     return nb > 1 || !batch.empty() ? TensorShape{{"batch", nb}, {"rows", r}, {"cols", c}}
@@ -94,11 +97,12 @@ inline void Executor::local_einsum(const IndexLetters& la, ConstTensorView A,
   } else {
     const std::string canon = batch + m + n;
     const TensorShape cs = permuted_shape(C.shape, sc, canon);
-    auto c_tmp = allocate(cs, MemoryCategory::temporaries);
-    be_.gemm(reshaped(a, a_shape), reshaped(b, b_shape), reshaped(c_tmp->view(cs), shape3(M, N)),
+    auto c_tmp = allocate(cs, C.dtype, MemoryCategory::temporaries);
+    be_.gemm(reshaped(a, a_shape), reshaped(b, b_shape),
+             reshaped(c_tmp->view(cs, C.dtype), shape3(M, N)),
              {.a = ta, .b = tb, .alpha = 1.0f, .beta = 0.0f});
     // C[sc order] (=, +=) c_tmp[canon order].
-    copy_permuted(c_tmp->view(cs), canon, C, sc,
+    copy_permuted(c_tmp->view(cs, C.dtype), canon, C, sc,
                   accumulate ? CopyMode::accumulate : CopyMode::assign);
   }
 }
@@ -114,8 +118,8 @@ inline TensorShape Executor::permuted_shape(const TensorShape& x, const std::str
 inline std::shared_ptr<Buffer> Executor::permuted(ConstTensorView x, const std::string& from,
                                                   const std::string& to) {
   const TensorShape shape = permuted_shape(x.shape(), from, to);
-  auto out = allocate(shape, MemoryCategory::temporaries);
-  copy_permuted(x, from, out->view(shape), to, CopyMode::assign);
+  auto out = allocate(shape, x.dtype(), MemoryCategory::temporaries);
+  copy_permuted(x, from, out->view(shape, x.dtype()), to, CopyMode::assign);
   return out;
 }
 

@@ -20,10 +20,16 @@
 // the class sees them as inline. Include carto/runtime/executor.hpp to use the class: the parts
 // alone leave the entry points undefined.
 //
-// Buffers and dtypes: every buffer the executor allocates comes from `buffer` (dtype named at the
-// call) or `allocate` / `zeros` (shared, the values' dtype); all are fp32 today. Views assume fp32
-// where they take `.f32()` or compute offsets in 4-byte elements (offset_view); token ids live in
-// 4-byte buffers read through index_view.
+// Buffers and dtypes (mixed precision, DESIGN.md §7): ExecutorOptions::precision decides. Under
+// fp32 every value is fp32. Under mixed_bf16 activations, their gradients, the parameters' compute
+// copies (MemoryCategory::parameters) and the parameter gradients (gradients) are bf16; each
+// parameter keeps an fp32 master (optimizer, beside AdamW's m and v, sharded like them); the
+// statistics saved for backward (Saved::state1/state2), layernorm and cross-entropy partial sums
+// and the loss are fp32. dtype_of names the dtype of a tensor's values and of its gradient. A
+// Buffer carries no dtype: every view names it (Buffer::view(shape, dtype), offset_view), and
+// collectives take byte spans plus the view's dtype. Token ids live in their own 4-byte int32
+// buffers (index_buffer), read through index_view. Buffers come from `buffer` (dtype named at the
+// call) or its shared forms `allocate` / `zeros`, and index_buffer.
 #pragma once
 
 #include <algorithm>
@@ -45,12 +51,15 @@
 #include "carto/error.hpp"
 #include "carto/graph/graph.hpp"
 #include "carto/profile/op_cost.hpp"
+#include "carto/profile/options.hpp"
 #include "carto/runtime/backend.hpp"
+#include "carto/runtime/bf16.hpp"
 #include "carto/runtime/communicator.hpp"
 #include "carto/runtime/memory.hpp"
 #include "carto/runtime/reshard_exec.hpp"
 #include "carto/runtime/rng.hpp"
 #include "carto/search/strategy.hpp"
+#include "carto/spec/dtype.hpp"
 #include "carto/spec/layout.hpp"
 #include "carto/spec/mesh.hpp"
 #include "carto/spec/sharding.hpp"
@@ -95,6 +104,13 @@ class TrackingAllocator final : public Allocator {
 };
 
 struct ExecutorOptions {
+  // fp32: every value fp32. mixed_bf16: bf16 activations, gradients and parameter compute copies,
+  // fp32 master weights, AdamW moments, statistics and loss (see the note above).
+  Precision precision = Precision::fp32;
+  // The dtype parameter gradients are reduced in (Strategy::gradient_sync, and ZeRO 2-3's reduction
+  // at each backward): fp32 under fp32; under mixed_bf16 either bf16 (the bf16 gradients reduced as
+  // they are) or fp32 (widened for the reduction, rounded back to bf16 once). Others throw.
+  DType gradient_reduction = DType::fp32;
   int zero_stage = 0;                // 0-3
   std::vector<bool> checkpointed{};  // per group; missing entries are false
   std::uint64_t seed = 1234;
@@ -104,7 +120,8 @@ struct ExecutorOptions {
 };
 
 // Host data of one micro-batch: one entry per graph input, in tensor-id order. Token ids for
-// TensorKind::index inputs, values for activation inputs; global, row-major.
+// TensorKind::index inputs, values for activation inputs; global, row-major. Values are fp32 on
+// the host and stored in the compute dtype (rounded to bf16 under mixed_bf16).
 struct HostInput {
   TensorId tensor{};
   std::vector<std::int32_t> ids{};
@@ -143,9 +160,11 @@ class Executor {
   // One AdamW step on the local shards (after finish_gradients), then zeroes the gradients.
   inline void optimizer_step();
 
-  // The whole (global) value of a parameter on the host, row-major. Collective: every rank calls.
+  // The whole (global) value of a parameter on the host, row-major: under mixed_bf16 the fp32
+  // master weights (the bf16 compute copy is their rounding). Collective: every rank calls.
   inline std::vector<float> parameter(TensorId t);
-  // The whole reduced gradient of a parameter (after finish_gradients). Collective.
+  // The whole reduced gradient of a parameter (after finish_gradients), widened to fp32 from the
+  // compute dtype. Collective.
   inline std::vector<float> gradient(TensorId t);
   // Every parameter tensor of the graph, in tensor-id order.
   [[nodiscard]] inline std::vector<TensorId> parameters() const;
@@ -178,7 +197,10 @@ class Executor {
     std::int64_t chunk = 0;  // ZeRO shard length (elements)
     std::int64_t group_rank = 0;
     Communicator* comm = nullptr;  // the replica group, if replicas > 1
-    Buffer value, grad, m, v;
+    Buffer value;   // the compute copy (compute dtype): local, or this rank's chunk under ZeRO 3
+    Buffer grad;    // compute dtype: local, or this rank's chunk under ZeRO 2-3
+    Buffer master;  // mixed_bf16 only: fp32, local at ZeRO 0, this rank's chunk at ZeRO 1-3
+    Buffer m, v;    // fp32: local at ZeRO 0, this rank's chunk at ZeRO 1-3
     std::vector<Use> uses;
   };
   struct SavedInput {
@@ -202,7 +224,7 @@ class Executor {
   inline void layout();
   inline Buffer move(const TensorShape& global, ConstTensorView local, const ShardingSpec& from,
                      const ShardingSpec& to, MemoryCategory category);
-  inline void reduce_partial(Buffer& b, const ShardingSpec& spec, const TensorShape& global);
+  inline void reduce_gradient(Buffer& b, const ShardingSpec& spec, const TensorShape& global);
   inline void all_reduce(TensorView v, const AxisList& axes, ReduceOp op);
   inline std::vector<float> gather_to_host(const TensorShape& global, ConstTensorView local,
                                            const ShardingSpec& spec);
@@ -214,7 +236,7 @@ class Executor {
   inline void init_value(const Param& p, TensorView value);
   inline void copy_chunk(ConstTensorView full, const Param& p, TensorView chunk);
   inline void all_gather_chunks(Param& p, ConstTensorView chunk, TensorView dst);
-  inline Buffer gather_chunks(Param& p, const Buffer& chunk);
+  inline Buffer gather_chunks(Param& p, const Buffer& chunk, DType dtype);
   inline std::shared_ptr<Buffer> parameter_local(Param& p);
   inline void begin_step();
   inline void accumulate_parameter_gradient(std::size_t k, std::size_t i,
@@ -262,28 +284,59 @@ class Executor {
   inline void run_backward(std::size_t k);
 
   // ---- small helpers ----
-  // The one place the executor allocates: a buffer of `shape` in `dtype`, charged to `c`.
+  // The one place the executor allocates values: a buffer of `shape` in `dtype`, charged to `c`.
   Buffer buffer(const TensorShape& shape, DType dtype, MemoryCategory c) {
     return be_.allocate(shape, dtype, c);
   }
   // A shared buffer for a tensor's values (activations, gradients, temporaries), and one filled
   // with zeros.
-  std::shared_ptr<Buffer> allocate(const TensorShape& shape, MemoryCategory c) {
-    return std::make_shared<Buffer>(buffer(shape, DType::fp32, c));
+  std::shared_ptr<Buffer> allocate(const TensorShape& shape, DType dtype, MemoryCategory c) {
+    return std::make_shared<Buffer>(buffer(shape, dtype, c));
   }
-  std::shared_ptr<Buffer> zeros(const TensorShape& shape, MemoryCategory c) {
-    auto b = allocate(shape, c);
-    be_.fill(b->view(shape), 0.0f);
+  std::shared_ptr<Buffer> zeros(const TensorShape& shape, DType dtype, MemoryCategory c) {
+    auto b = allocate(shape, dtype, c);
+    be_.fill(b->view(shape, dtype), 0.0f);
     return b;
   }
-  // A view of `shape` at element `offset` of an fp32 buffer.
-  static TensorView offset_view(const Buffer& b, std::int64_t offset, const TensorShape& shape) {
-    CARTO_CHECK(static_cast<std::size_t>((offset + shape.numel()) * 4) <= b.bytes(),
-                "a view past the end of a buffer");
-    return {.data = static_cast<float*>(b.data()) + offset, .shape = shape, .dtype = DType::fp32};
+  // Storage for int32 token ids of `shape` (4 bytes each, whatever the compute dtype).
+  std::shared_ptr<Buffer> index_buffer(const TensorShape& shape) {
+    return std::make_shared<Buffer>(be_.allocator(),
+                                    static_cast<std::size_t>(shape.numel()) * sizeof(std::int32_t),
+                                    MemoryCategory::activations);
+  }
+  // A view of `shape` in `dtype` at element `offset` of a buffer holding `dtype` elements.
+  static TensorView offset_view(const Buffer& b, std::int64_t offset, const TensorShape& shape,
+                                DType dtype) {
+    const std::int64_t elem = size_bytes(dtype);
+    CARTO_CHECK(static_cast<std::size_t>((offset + shape.numel()) * elem) <= b.bytes(),
+                "a view of ", shape, " (", to_string_view(dtype), ") at element ", offset,
+                " past the end of a buffer of ", b.bytes(), " bytes");
+    return {
+        .data = static_cast<std::byte*>(b.data()) + offset * elem, .shape = shape, .dtype = dtype};
   }
   static IndexView index_view(const Buffer& b, const TensorShape& shape) {
+    CARTO_CHECK(static_cast<std::size_t>(shape.numel()) * sizeof(std::int32_t) <= b.bytes(),
+                "token ids ", shape, " past the end of a buffer of ", b.bytes(), " bytes");
     return {.data = static_cast<const std::int32_t*>(b.data()), .shape = shape};
+  }
+  // A view's bytes, for the byte-level collectives (with the view's dtype).
+  static std::span<const std::byte> bytes_of(ConstTensorView v) {
+    return {static_cast<const std::byte*>(v.data()), static_cast<std::size_t>(v.bytes())};
+  }
+  static std::span<std::byte> bytes_of(TensorView v) {
+    return {static_cast<std::byte*>(v.data), static_cast<std::size_t>(v.bytes())};
+  }
+  // The dtype of a tensor's values and of its gradient (token ids aside: index_buffer): fp32 for a
+  // cross-entropy loss, the compute dtype otherwise.
+  [[nodiscard]] DType dtype_of(TensorId t) const {
+    const TensorInfo& info = g_.tensor(t);
+    if (info.producer.valid() && g_.op(info.producer).kind == OpKind::softmax_cross_entropy)
+      return DType::fp32;
+    return compute_;
+  }
+  // The local tensor `t` of `shape` held by `b`, in t's dtype.
+  [[nodiscard]] TensorView view_of(TensorId t, const Buffer& b, const TensorShape& shape) const {
+    return b.view(shape, dtype_of(t));
   }
   [[nodiscard]] ShardPlacement placement(const TensorShape& global,
                                          const ShardingSpec& spec) const {
@@ -330,6 +383,7 @@ class Executor {
   HardwareProfile hw_;  // a copy: callers may pass a temporary
   ExecutorOptions opt_;
   std::int64_t device_ = 0;
+  DType compute_ = DType::fp32;  // the compute dtype: compute_dtype(opt_.precision)
   ReshardCache cache_{};
 
   std::vector<ShardingSpec> stored_{};

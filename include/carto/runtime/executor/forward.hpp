@@ -17,6 +17,9 @@
 //    row Σexp and the target logit all-reduced (sum);
 //  - fused attention with the query sequence split (gathered_kv): K and V all-gathered along the
 //    sequence (gather_seq); backward reduce-scatters dK and dV (scatter_seq).
+// Dtypes: each output is stored in dtype_of (the compute dtype; a cross-entropy loss fp32); the
+// statistics saved for backward (layernorm mean and rstd, logsumexp) and the partial sums and row
+// pieces that are all-reduced (layernorm sums, cross-entropy max, Σexp, target logit) are fp32.
 #pragma once
 
 #include "carto/runtime/executor/einsum.hpp"
@@ -50,8 +53,8 @@ inline double Executor::result_value() {
   const TensorInfo& info = g_.tensor(r);
   CARTO_CHECK(act_[r.index()] != nullptr, "the result tensor was freed");
   std::shared_ptr<Buffer> value = materialize(r, act_[r.index()]);
-  std::vector<float> host =
-      gather_to_host(info.shape, value->view(local_of(r, stored_[r.index()])), stored_[r.index()]);
+  std::vector<float> host = gather_to_host(
+      info.shape, view_of(r, *value, local_of(r, stored_[r.index()])), stored_[r.index()]);
   if (info.shape.numel() == 1) return host[0];
   double sum = 0;
   const RngStream s = seed_stream();
@@ -101,11 +104,13 @@ inline void Executor::run_forward(std::size_t k, bool keep) {
       }
     }
   }
-  auto X = [&](std::size_t i) { return ConstTensorView(in[i].buffer->view(in_local[i])); };
+  auto X = [&](std::size_t i) {
+    return ConstTensorView(view_of(op.inputs[i], *in[i].buffer, in_local[i]));
+  };
   auto Ids = [&](std::size_t i) { return index_view(*in[i].buffer, in_local[i]); };
 
-  auto y = allocate(out_local, MemoryCategory::activations);
-  TensorView Y = y->view(out_local);
+  auto y = allocate(out_local, dtype_of(out), MemoryCategory::activations);
+  TensorView Y = view_of(out, *y, out_local);
   switch (op.kind) {
     case OpKind::einsum:
       local_einsum(op.einsum.inputs[0], X(0), op.einsum.inputs[1], X(1), op.einsum.output, Y,
@@ -136,7 +141,8 @@ inline void Executor::run_forward(std::size_t k, bool keep) {
     }
     case OpKind::softmax_cross_entropy:
       cross_entropy_forward(k, X(0), Ids(1), Y, sv);
-      sv.extra = in[0].buffer;  // the logits, in place of the fp32 softmax the model counts
+      // The logits (compute dtype), in place of the fp32 softmax the model counts.
+      sv.extra = in[0].buffer;
       break;
     case OpKind::fused_attention: attention_forward(k, X(0), X(1), X(2), Y, sv); break;
     case OpKind::view: view_copy(op, X(0), Y, CopyMode::assign, false); break;
@@ -239,20 +245,19 @@ inline std::shared_ptr<Buffer> Executor::gather_seq(std::size_t k, ConstTensorVi
   TensorShape full = ls;
   full = TensorShape{
       ls.dims()[0], ls.dims()[1], {ls.dims()[2].name, ls.dims()[2].extent * r}, ls.dims()[3]};
-  auto all = allocate({{"gathered", local.numel() * r}}, MemoryCategory::temporaries);
+  const TensorShape all_shape{{"gathered", local.numel() * r}};
+  auto all = allocate(all_shape, local.dtype(), MemoryCategory::temporaries);
+  const TensorView gathered = all->view(all_shape, local.dtype());
   be_.synchronize();
-  c.all_gather(std::span<const float>(local.f32(), static_cast<std::size_t>(local.numel())),
-               std::span<float>(all->view({{"gathered", local.numel() * r}}).f32(),
-                                static_cast<std::size_t>(local.numel() * r)))
-      .wait();
-  auto out = allocate(full, MemoryCategory::temporaries);
+  c.all_gather(bytes_of(local), bytes_of(gathered), local.dtype()).wait();
+  auto out = allocate(full, local.dtype(), MemoryCategory::temporaries);
   const Index ext{ls.dims()[0].extent, ls.dims()[1].extent, ls.dims()[2].extent,
                   ls.dims()[3].extent};
   for (std::int64_t j = 0; j < r; ++j) {
     const StridedBox from = box_of(ls, {.offset = exec_detail::filled(4, 0), .extent = ext});
     StridedBox piece = from;
     piece.offset += j * local.numel();
-    be_.copy_strided(all->view({{"gathered", local.numel() * r}}), piece, out->view(full),
+    be_.copy_strided(gathered, piece, out->view(full, local.dtype()),
                      box_of(full, {.offset = {0, 0, j * ext[2], 0}, .extent = ext}), ext,
                      CopyMode::assign);
   }
@@ -267,22 +272,23 @@ inline void Executor::scatter_seq(std::size_t k, ConstTensorView gathered, Tenso
   const TensorShape& ls = local.shape;
   const Index ext{ls.dims()[0].extent, ls.dims()[1].extent, ls.dims()[2].extent,
                   ls.dims()[3].extent};
-  auto send = allocate({{"send", local.numel() * r}}, MemoryCategory::temporaries);
+  const TensorShape send_shape{{"send", local.numel() * r}};
+  auto send = allocate(send_shape, gathered.dtype(), MemoryCategory::temporaries);
+  const TensorView sent = send->view(send_shape, gathered.dtype());
   for (std::int64_t j = 0; j < r; ++j) {
     StridedBox piece = box_of(ls, {.offset = exec_detail::filled(4, 0), .extent = ext});
     piece.offset += j * local.numel();
     be_.copy_strided(gathered,
                      box_of(gathered.shape(), {.offset = {0, 0, j * ext[2], 0}, .extent = ext}),
-                     send->view({{"send", local.numel() * r}}), piece, ext, CopyMode::assign);
+                     sent, piece, ext, CopyMode::assign);
   }
-  auto recv = allocate(ls, MemoryCategory::temporaries);
+  auto recv = allocate(ls, gathered.dtype(), MemoryCategory::temporaries);
+  const TensorView received = recv->view(ls, gathered.dtype());
   be_.synchronize();
-  c.reduce_scatter(std::span<const float>(send->view({{"send", local.numel() * r}}).f32(),
-                                          static_cast<std::size_t>(local.numel() * r)),
-                   std::span<float>(recv->view(ls).f32(), static_cast<std::size_t>(local.numel())),
+  c.reduce_scatter(bytes_of(ConstTensorView(sent)), bytes_of(received), gathered.dtype(),
                    ReduceOp::sum)
       .wait();
-  be_.add_scaled(recv->view(ls), 1.0f, local);
+  be_.add_scaled(received, 1.0f, local);
 }
 
 inline void Executor::attention_forward(std::size_t k, ConstTensorView q, ConstTensorView kk,
@@ -300,7 +306,8 @@ inline void Executor::attention_forward(std::size_t k, ConstTensorView q, ConstT
       kk.shape().dims()[1],
       {kk.shape().dims()[2].name, g_.tensor(g_.ops()[k].inputs[1]).shape.dims()[2].extent},
       kk.shape().dims()[3]};
-  be_.attention_forward(q, kf->view(fs), vf->view(fs), out, sv.state1.view(lse), attention_args(k));
+  be_.attention_forward(q, kf->view(fs, kk.dtype()), vf->view(fs, v.dtype()), out,
+                        sv.state1.view(lse), attention_args(k));
 }
 
 }  // namespace carto

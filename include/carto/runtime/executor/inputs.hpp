@@ -3,8 +3,10 @@
 //
 // Design note (DESIGN.md §7; executor.hpp lists the rules). Every rank holds the whole host batch,
 // as a data loader gives it; a consumer slices a graph input in the spec it reads (for a Partial
-// spec, coordinate 0 of each Partial axis holds the value and the others zeros). Token ids are
-// int32 copied bitwise into a 4-byte-element buffer and read through index_view.
+// spec, coordinate 0 of each Partial axis holds the value and the others zeros). Token ids go to
+// their own int32 storage (index_buffer, 4 bytes per id whatever the compute dtype) and are read
+// through index_view; values are uploaded as fp32 into a temporary and converted into the compute
+// dtype (rounded to bf16 under mixed_bf16).
 // read_input brings input i of op k to the op's input spec: a parameter as its local value
 // (all-gathered under ZeRO-3), an activation as its materialized stored value, resharded when the
 // specs differ; Read::moved and Read::stored let run_forward apply the save rule (keep the moved
@@ -53,18 +55,20 @@ inline std::shared_ptr<Buffer> Executor::host_slice(TensorId t, const ShardingSp
   bool zero = false;
   for (const AxisName& a : spec.partial())
     zero = zero || mesh_.coord(device_)[mesh_.index_of(a)] != 0;
-  std::vector<float> data(static_cast<std::size_t>(local.numel()));
+  const bool ids = g_.tensor(t).kind == TensorKind::index;
+  const auto count = static_cast<std::size_t>(local.numel());
+  std::vector<std::int32_t> id_data(ids ? count : 0);
+  std::vector<float> data(ids ? 0 : count);
   Index idx = exec_detail::filled(local.rank(), 0);
   Index gstride = exec_detail::filled(global.rank(), 1);
   for (std::size_t d = global.rank(); d-- > 1;)
     gstride[d - 1] = gstride[d] * global.dims()[d].extent;
-  for (std::size_t e = 0; e < data.size(); ++e) {
+  for (std::size_t e = 0; e < count; ++e) {
     std::int64_t gi = 0;
     for (std::size_t d = 0; d < local.rank(); ++d) gi += (s.offset[d] + idx[d]) * gstride[d];
     const auto g = static_cast<std::size_t>(gi);
-    if (g_.tensor(t).kind == TensorKind::index) {
-      std::int32_t v = in.ids[g];
-      std::memcpy(&data[e], &v, 4);
+    if (ids) {
+      id_data[e] = in.ids[g];
     } else {
       data[e] = zero ? 0.0f : in.values[g];
     }
@@ -73,8 +77,21 @@ inline std::shared_ptr<Buffer> Executor::host_slice(TensorId t, const ShardingSp
       idx[d] = 0;
     }
   }
-  auto b = allocate(local, MemoryCategory::activations);
-  be_.copy_from_host(data.data(), b->view(local));
+  if (ids) {
+    auto b = index_buffer(local);
+    // copy_from_host moves dst.bytes() bytes; an fp32 view of the same 4-byte elements says how
+    // many (the ids are copied bit for bit, never converted).
+    be_.copy_from_host(id_data.data(), {.data = b->data(), .shape = local, .dtype = DType::fp32});
+    return b;
+  }
+  auto b = allocate(local, dtype_of(t), MemoryCategory::activations);
+  if (dtype_of(t) == DType::fp32) {
+    be_.copy_from_host(data.data(), view_of(t, *b, local));
+    return b;
+  }
+  Buffer upload = buffer(local, DType::fp32, MemoryCategory::temporaries);
+  be_.copy_from_host(data.data(), upload.view(local, DType::fp32));
+  be_.convert(upload.view(local, DType::fp32), view_of(t, *b, local));
   return b;
 }
 
@@ -88,8 +105,8 @@ inline Executor::Read Executor::read_input(std::size_t k, std::size_t i) {
     Param& p = param_of(t);
     std::shared_ptr<Buffer> full = parameter_local(p);
     if (want == have) return {full, nullptr, false};
-    return {std::make_shared<Buffer>(
-                move(p.global, full->view(p.local), have, want, MemoryCategory::temporaries)),
+    return {std::make_shared<Buffer>(move(p.global, full->view(p.local, compute_), have, want,
+                                          MemoryCategory::temporaries)),
             nullptr, true};
   }
   if (!info.producer.valid()) {  // graph input: slice the host data in the wanted spec
@@ -100,8 +117,8 @@ inline Executor::Read Executor::read_input(std::size_t k, std::size_t i) {
               " after it was freed");
   std::shared_ptr<Buffer> value = materialize(t, act_[t.index()]);
   if (want == have) return {value, act_[t.index()], false};
-  return {std::make_shared<Buffer>(move(info.shape, value->view(local_of(t, have)), have, want,
-                                        MemoryCategory::activations)),
+  return {std::make_shared<Buffer>(move(info.shape, view_of(t, *value, local_of(t, have)), have,
+                                        want, MemoryCategory::activations)),
           act_[t.index()], true};
 }
 
@@ -120,8 +137,8 @@ inline std::shared_ptr<Buffer> Executor::reread(std::size_t k, std::size_t i) {
   if (s.moved_copy) return s.buffer;
   std::shared_ptr<Buffer> value = materialize(t, s.buffer);
   if (want == have) return value;
-  return std::make_shared<Buffer>(
-      move(info.shape, value->view(local_of(t, have)), have, want, MemoryCategory::temporaries));
+  return std::make_shared<Buffer>(move(info.shape, view_of(t, *value, local_of(t, have)), have,
+                                       want, MemoryCategory::temporaries));
 }
 
 }  // namespace carto

@@ -15,6 +15,14 @@
 // into their own accumulator; finish_gradients reduces them once per step and moves them to the
 // stored spec. Initial values: GPT-2's normal from an rng stream keyed by the tensor id and the
 // global element index (layernorm gamma 1, beta and biases 0), so every plan starts alike.
+// Dtypes: the value (what kernels read) and the gradient are in the compute dtype, m and v fp32.
+// Under mixed_bf16 each parameter also has an fp32 master (Param::master, optimizer category,
+// sharded like m and v: local at ZeRO 0, this rank's chunk at 1-3) holding the fp32 initial value;
+// the compute copy is its bf16 rounding (Backend::convert). AdamW updates the master from the bf16
+// gradient and converts the result into the compute copy: at ZeRO 0 the whole local tensor; at 1-2
+// this rank's chunk, converted, then all-gathered in bf16 into the compute copy; at 3 the chunk,
+// which is what the gathers before each use read. Gradients are reduced in
+// ExecutorOptions::gradient_reduction (reduce_gradient, storage.hpp).
 #pragma once
 
 #include "carto/runtime/executor/storage.hpp"
@@ -41,26 +49,41 @@ inline void Executor::init_parameters() {
       p.comm = &comms_.axes(p.replica_axes);
       p.group_rank = p.comm->rank();
     }
-    // Value: GPT-2's initialisation, by the op that reads it.
-    Buffer full =
-        buffer(p.local, DType::fp32,
-               opt_.zero_stage == 3 ? MemoryCategory::temporaries : MemoryCategory::parameters);
-    init_value(p, full.view(p.local));
+    // Value: GPT-2's initialisation (fp32), by the op that reads it. Under fp32 at ZeRO 0-2 that
+    // buffer is the value itself; otherwise it is a temporary the value (and the master) come from.
+    const bool mixed = opt_.precision == Precision::mixed_bf16;
+    const bool keep_init = !mixed && opt_.zero_stage < 3;
+    Buffer full = buffer(p.local, DType::fp32,
+                         keep_init ? MemoryCategory::parameters : MemoryCategory::temporaries);
+    const TensorView init = full.view(p.local, DType::fp32);
+    init_value(p, init);
     const TensorShape chunk{{"chunk", p.chunk}};
-    if (opt_.zero_stage == 3) {
-      p.value = buffer(chunk, DType::fp32, MemoryCategory::parameters);
-      copy_chunk(full.view(p.local), p, p.value.view(chunk));
-    } else {
+    if (mixed) {
+      if (opt_.zero_stage == 0) {
+        p.master = buffer(p.local, DType::fp32, MemoryCategory::optimizer);
+        be_.convert(init, p.master.view(p.local, DType::fp32));
+      } else {
+        p.master = buffer(chunk, DType::fp32, MemoryCategory::optimizer);
+        copy_chunk(init, p, p.master.view(chunk, DType::fp32));
+      }
+    }
+    if (keep_init) {
       p.value = std::move(full);
+    } else if (opt_.zero_stage == 3) {
+      p.value = buffer(chunk, compute_, MemoryCategory::parameters);
+      copy_chunk(init, p, p.value.view(chunk, compute_));  // rounds to the compute dtype
+    } else {
+      p.value = buffer(p.local, compute_, MemoryCategory::parameters);
+      be_.convert(init, p.value.view(p.local, compute_));
     }
     const TensorShape& state = opt_.zero_stage >= 1 ? chunk : p.local;
     p.m = buffer(state, DType::fp32, MemoryCategory::optimizer);
     p.v = buffer(state, DType::fp32, MemoryCategory::optimizer);
-    be_.fill(p.m.view(state), 0.0f);
-    be_.fill(p.v.view(state), 0.0f);
+    be_.fill(p.m.view(state, DType::fp32), 0.0f);
+    be_.fill(p.v.view(state, DType::fp32), 0.0f);
     const TensorShape& grad = opt_.zero_stage >= 2 ? chunk : p.local;
-    p.grad = buffer(grad, DType::fp32, MemoryCategory::gradients);
-    be_.fill(p.grad.view(grad), 0.0f);
+    p.grad = buffer(grad, compute_, MemoryCategory::gradients);
+    be_.fill(p.grad.view(grad, compute_), 0.0f);
     // Uses.
     for (std::size_t k = 0; k < g_.num_ops(); ++k) {
       const Op& op = g_.ops()[k];
@@ -116,7 +139,7 @@ inline void Executor::copy_chunk(ConstTensorView full, const Param& p, TensorVie
 }
 
 // dst (the full local tensor, n elements) = the first n elements of the replica group's chunks
-// concatenated in group-rank order.
+// concatenated in group-rank order, gathered in the chunk's dtype.
 inline void Executor::all_gather_chunks(Param& p, ConstTensorView chunk, TensorView dst) {
   const std::int64_t n = p.local.numel();
   if (p.replicas == 1) {
@@ -125,42 +148,46 @@ inline void Executor::all_gather_chunks(Param& p, ConstTensorView chunk, TensorV
     return;
   }
   const TensorShape all_shape{{"all", p.chunk * p.replicas}};
-  Buffer all = buffer(all_shape, DType::fp32, MemoryCategory::temporaries);
+  Buffer all = buffer(all_shape, chunk.dtype(), MemoryCategory::temporaries);
+  const TensorView gathered = all.view(all_shape, chunk.dtype());
   be_.synchronize();
-  p.comm
-      ->all_gather(std::span<const float>(chunk.f32(), static_cast<std::size_t>(p.chunk)),
-                   std::span<float>(all.view(all_shape).f32(),
-                                    static_cast<std::size_t>(p.chunk * p.replicas)))
-      .wait();
-  be_.copy_box(all.view(all_shape), {.offset = {0}, .extent = {n}}, reshaped(dst, {{"flat", n}}),
-               {0}, CopyMode::assign);
+  p.comm->all_gather(bytes_of(chunk), bytes_of(gathered), chunk.dtype()).wait();
+  be_.copy_box(gathered, {.offset = {0}, .extent = {n}}, reshaped(dst, {{"flat", n}}), {0},
+               CopyMode::assign);
 }
 
-// The full local tensor from the chunks of the replica group (ZeRO-3 gather).
-inline Buffer Executor::gather_chunks(Param& p, const Buffer& chunk) {
-  Buffer out = buffer(p.local, DType::fp32, MemoryCategory::temporaries);
-  all_gather_chunks(p, chunk.view({{"chunk", p.chunk}}), out.view(p.local));
+// The full local tensor from the chunks (of `dtype`) of the replica group (a ZeRO gather).
+inline Buffer Executor::gather_chunks(Param& p, const Buffer& chunk, DType dtype) {
+  Buffer out = buffer(p.local, dtype, MemoryCategory::temporaries);
+  all_gather_chunks(p, chunk.view({{"chunk", p.chunk}}, dtype), out.view(p.local, dtype));
   return out;
 }
 
 inline std::shared_ptr<Buffer> Executor::parameter_local(Param& p) {
-  if (opt_.zero_stage == 3) return std::make_shared<Buffer>(gather_chunks(p, p.value));
+  if (opt_.zero_stage == 3) return std::make_shared<Buffer>(gather_chunks(p, p.value, compute_));
   return std::shared_ptr<Buffer>(&p.value, [](Buffer*) {});  // borrowed
 }
 
 inline std::vector<float> Executor::parameter(TensorId t) {
   Param& p = param_of(t);
+  if (opt_.precision == Precision::mixed_bf16) {  // the fp32 master
+    if (opt_.zero_stage == 0) {
+      return gather_to_host(p.global, p.master.view(p.local, DType::fp32), p.spec);
+    }
+    Buffer full = gather_chunks(p, p.master, DType::fp32);
+    return gather_to_host(p.global, full.view(p.local, DType::fp32), p.spec);
+  }
   std::shared_ptr<Buffer> full = parameter_local(p);
-  return gather_to_host(p.global, full->view(p.local), p.spec);
+  return gather_to_host(p.global, full->view(p.local, compute_), p.spec);
 }
 
 inline std::vector<float> Executor::gradient(TensorId t) {
   Param& p = param_of(t);
   if (opt_.zero_stage >= 2) {
-    Buffer full = gather_chunks(p, p.grad);
-    return gather_to_host(p.global, full.view(p.local), p.spec);
+    Buffer full = gather_chunks(p, p.grad, compute_);
+    return gather_to_host(p.global, full.view(p.local, compute_), p.spec);
   }
-  return gather_to_host(p.global, p.grad.view(p.local), p.spec);
+  return gather_to_host(p.global, p.grad.view(p.local, compute_), p.spec);
 }
 
 inline std::vector<TensorId> Executor::parameters() const {
@@ -173,7 +200,7 @@ inline void Executor::begin_step() {
   for (Param& p : params_) {
     for (Use& u : p.uses) {
       if (u.accumulator != nullptr) {
-        be_.fill(u.accumulator->view(local_of(p.id, without_partial(u.grad_spec))), 0.0f);
+        be_.fill(u.accumulator->view(local_of(p.id, without_partial(u.grad_spec)), compute_), 0.0f);
       }
       u.accumulated = false;
     }
@@ -193,25 +220,27 @@ inline void Executor::accumulate_parameter_gradient(std::size_t k, std::size_t i
     if (u.op == k && u.input == i) use = &u;
   const TensorShape glocal = local_of(t, without_partial(have));
   if (opt_.zero_stage >= 2) {  // reduce now, keep this rank's chunk
-    reduce_partial(*grad, have, p.global);
+    reduce_gradient(*grad, have, p.global);
     std::shared_ptr<Buffer> full = grad;
     if (!(without_partial(have) == p.spec)) {
-      full = std::make_shared<Buffer>(move(p.global, grad->view(glocal), without_partial(have),
-                                           p.spec, MemoryCategory::temporaries));
+      full = std::make_shared<Buffer>(move(p.global, grad->view(glocal, compute_),
+                                           without_partial(have), p.spec,
+                                           MemoryCategory::temporaries));
     }
     const TensorShape chunk{{"chunk", p.chunk}};
-    Buffer mine = buffer(chunk, DType::fp32, MemoryCategory::temporaries);
-    copy_chunk(full->view(p.local), p, mine.view(chunk));
-    be_.add_scaled(mine.view(chunk), 1.0f, p.grad.view(chunk));
+    Buffer mine = buffer(chunk, compute_, MemoryCategory::temporaries);
+    copy_chunk(full->view(p.local, compute_), p, mine.view(chunk, compute_));
+    be_.add_scaled(mine.view(chunk, compute_), 1.0f, p.grad.view(chunk, compute_));
     return;
   }
   if (use->direct) {
-    if (!use->accumulated) be_.fill(p.grad.view(p.local), 0.0f);
-    be_.add_scaled(grad->view(glocal), 1.0f, p.grad.view(p.local));
+    if (!use->accumulated) be_.fill(p.grad.view(p.local, compute_), 0.0f);
+    be_.add_scaled(grad->view(glocal, compute_), 1.0f, p.grad.view(p.local, compute_));
     use->accumulator = std::shared_ptr<Buffer>(&p.grad, [](Buffer*) {});
   } else {
-    if (use->accumulator == nullptr) use->accumulator = zeros(glocal, MemoryCategory::gradients);
-    be_.add_scaled(grad->view(glocal), 1.0f, use->accumulator->view(glocal));
+    if (use->accumulator == nullptr)
+      use->accumulator = zeros(glocal, compute_, MemoryCategory::gradients);
+    be_.add_scaled(grad->view(glocal, compute_), 1.0f, use->accumulator->view(glocal, compute_));
   }
   use->accumulated = true;
 }
@@ -223,20 +252,21 @@ inline void Executor::finish_gradients() {
     for (Use& u : p.uses) {
       if (!u.accumulated) continue;
       if (u.direct) {
-        reduce_partial(*u.accumulator, u.grad_spec, p.global);
+        reduce_gradient(*u.accumulator, u.grad_spec, p.global);
         first = false;
       }
     }
     for (Use& u : p.uses) {
       if (!u.accumulated || u.direct) continue;
-      reduce_partial(*u.accumulator, u.grad_spec, p.global);
-      Buffer moved = move(p.global, u.accumulator->view(local_shape(p.global, u.grad_spec, mesh_)),
-                          without_partial(u.grad_spec), p.spec, MemoryCategory::temporaries);
-      if (first) be_.fill(p.grad.view(p.local), 0.0f);
+      reduce_gradient(*u.accumulator, u.grad_spec, p.global);
+      Buffer moved =
+          move(p.global, u.accumulator->view(local_shape(p.global, u.grad_spec, mesh_), compute_),
+               without_partial(u.grad_spec), p.spec, MemoryCategory::temporaries);
+      if (first) be_.fill(p.grad.view(p.local, compute_), 0.0f);
       first = false;
-      be_.add_scaled(moved.view(p.local), 1.0f, p.grad.view(p.local));
+      be_.add_scaled(moved.view(p.local, compute_), 1.0f, p.grad.view(p.local, compute_));
     }
-    if (first) be_.fill(p.grad.view(p.local), 0.0f);  // no gradient reached it
+    if (first) be_.fill(p.grad.view(p.local, compute_), 0.0f);  // no gradient reached it
   }
 }
 
@@ -244,36 +274,50 @@ inline void Executor::optimizer_step() {
   ++step_;
   AdamWArgs args = opt_.adamw;
   args.step = step_;
+  const bool mixed = opt_.precision == Precision::mixed_bf16;
   for (Param& p : params_) {
     const std::int64_t n = p.local.numel();
     const TensorShape flat{{"flat", n}};
+    const TensorShape chunk{{"chunk", p.chunk}};
     if (opt_.zero_stage == 0) {
-      be_.adamw_update(p.value.view(flat), p.grad.view(flat), p.m.view(flat), p.v.view(flat), args);
+      // The fp32 weights AdamW updates: the master under mixed_bf16, else the value.
+      const TensorView w = mixed ? p.master.view(flat, DType::fp32) : p.value.view(flat, compute_);
+      be_.adamw_update(w, p.grad.view(flat, compute_), p.m.view(flat, DType::fp32),
+                       p.v.view(flat, DType::fp32), args);
+      if (mixed) be_.convert(w, p.value.view(flat, compute_));
     } else {
+      // This rank's chunk: elements [begin, begin + len) of the flat local tensor.
       const std::int64_t begin = std::min(n, p.group_rank * p.chunk);
       const std::int64_t len = std::min(n, begin + p.chunk) - begin;
+      const TensorShape piece{{"flat", len}};
+      TensorView w{};
       if (len > 0) {
-        const TensorShape piece{{"flat", len}};
-        TensorView value =
-            opt_.zero_stage == 3 ? p.value.view(piece) : offset_view(p.value, begin, piece);
-        ConstTensorView grad = opt_.zero_stage >= 2
-                                   ? ConstTensorView(p.grad.view(piece))
-                                   : ConstTensorView(offset_view(p.grad, begin, piece));
-        be_.adamw_update(value, grad, p.m.view(piece), p.v.view(piece), args);
+        w = mixed                  ? p.master.view(piece, DType::fp32)
+            : opt_.zero_stage == 3 ? p.value.view(piece, compute_)
+                                   : offset_view(p.value, begin, piece, compute_);
+        const ConstTensorView grad =
+            opt_.zero_stage >= 2 ? ConstTensorView(p.grad.view(piece, compute_))
+                                 : ConstTensorView(offset_view(p.grad, begin, piece, compute_));
+        be_.adamw_update(w, grad, p.m.view(piece, DType::fp32), p.v.view(piece, DType::fp32), args);
       }
-      if (opt_.zero_stage < 3 && p.replicas > 1) {
-        // All-gather the updated parameter over the replica group.
-        Buffer send = buffer({{"chunk", p.chunk}}, DType::fp32, MemoryCategory::temporaries);
-        be_.fill(send.view({{"chunk", p.chunk}}), 0.0f);
+      if (opt_.zero_stage == 3) {
+        // The compute chunk (what the gathers read) from the updated master; its padding stays 0.
+        if (mixed && len > 0) be_.convert(w, p.value.view(piece, compute_));
+      } else if (mixed || p.replicas > 1) {
+        // All-gather the updated chunk in the compute dtype over the replica group (under
+        // mixed_bf16 the bf16 rounding of the master chunk, also when the group is one device).
+        Buffer send = buffer(chunk, compute_, MemoryCategory::temporaries);
+        be_.fill(send.view(chunk, compute_), 0.0f);
         if (len > 0) {
-          be_.copy_box(offset_view(p.value, begin, {{"flat", len}}),
-                       {.offset = {0}, .extent = {len}}, send.view({{"chunk", p.chunk}}), {0},
+          be_.copy_box(mixed ? ConstTensorView(w)
+                             : ConstTensorView(offset_view(p.value, begin, piece, compute_)),
+                       {.offset = {0}, .extent = {len}}, send.view(chunk, compute_), {0},
                        CopyMode::assign);
         }
-        all_gather_chunks(p, send.view({{"chunk", p.chunk}}), p.value.view(flat));
+        all_gather_chunks(p, send.view(chunk, compute_), p.value.view(flat, compute_));
       }
     }
-    be_.fill(p.grad.view(opt_.zero_stage >= 2 ? TensorShape{{"chunk", p.chunk}} : flat), 0.0f);
+    be_.fill(p.grad.view(opt_.zero_stage >= 2 ? chunk : flat, compute_), 0.0f);
   }
   be_.synchronize();
 }

@@ -9,9 +9,12 @@
 // so a saved view costs its base once. view_copy runs one view forward (y = view(x)) or inverse
 // (dx (+)= view⁻¹(dy)) as one strided copy; local shards keep whole heads because the fused QKV dim
 // is ordered per head. move() reshards through runtime/reshard_exec.hpp, the Dijkstra plan the
-// cost model charged; it synchronizes the backend first, as do the collectives here
-// (reduce_partial, all_reduce: in place, fp32), because communicators read the local memory
-// directly.
+// cost model charged, in the tensor's dtype; it synchronizes the backend first, as do the
+// collectives here (reduce_gradient, all_reduce: in place), because communicators read the local
+// memory directly. Collectives take the view's bytes and dtype: fp32 or bf16 (a bf16 reduction sums
+// in fp32 in rank order and rounds once, communicator.hpp). reduce_gradient reduces a parameter
+// gradient in ExecutorOptions::gradient_reduction, widening a bf16 gradient to fp32 and rounding
+// the sum back once when that is fp32. gather_to_host widens bf16 to fp32 on the host.
 #pragma once
 
 #include "carto/runtime/executor/executor_class.hpp"
@@ -27,6 +30,14 @@ inline void Executor::validate() {
   }
   CARTO_CHECK(opt_.zero_stage >= 0 && opt_.zero_stage <= 3, "ZeRO stage ", opt_.zero_stage,
               " is not 0, 1, 2 or 3");
+  compute_ = compute_dtype(opt_.precision);
+  const bool reduction_ok =
+      opt_.gradient_reduction == DType::fp32 ||
+      (opt_.precision == Precision::mixed_bf16 && opt_.gradient_reduction == DType::bf16);
+  CARTO_CHECK(reduction_ok, "an Executor of ", to_string_view(opt_.precision),
+              " training reduces gradients in ",
+              opt_.precision == Precision::fp32 ? "fp32" : "fp32 or bf16", ", not ",
+              to_string_view(opt_.gradient_reduction));
   CARTO_CHECK(comms_.mesh() == mesh_, "the plan's mesh ", mesh_,
               " differs from the communicators' mesh ", comms_.mesh());
   for (const Op& op : g_.ops()) {
@@ -76,38 +87,55 @@ inline Buffer Executor::move(const TensorShape& global, ConstTensorView local,
   return reshard_tensor(be_, comms_, cache_, hw_, global, local, from, to, category);
 }
 
-// All-reduce a Partial local tensor over its Partial axes, in place.
-inline void Executor::reduce_partial(Buffer& b, const ShardingSpec& spec,
-                                     const TensorShape& global) {
-  if (!spec.is_partial()) return;
+// A parameter gradient (compute dtype), Partial over `spec`'s Partial axes, all-reduced over them
+// in place, in ExecutorOptions::gradient_reduction.
+inline void Executor::reduce_gradient(Buffer& b, const ShardingSpec& spec,
+                                      const TensorShape& global) {
+  if (!spec.is_partial() || split_factor(spec.partial(), mesh_) == 1) return;
   const TensorShape local = local_shape(global, without_partial(spec), mesh_);
-  be_.synchronize();
-  comms_.axes(spec.partial())
-      .all_reduce(std::span<float>(b.view(local).f32(), static_cast<std::size_t>(local.numel())),
-                  ReduceOp::sum)
-      .wait();
+  const TensorView g = b.view(local, compute_);
+  if (opt_.gradient_reduction == compute_) {
+    all_reduce(g, spec.partial(), ReduceOp::sum);
+    return;
+  }
+  // Widened for the reduction, rounded back once.
+  Buffer wide = buffer(local, opt_.gradient_reduction, MemoryCategory::temporaries);
+  const TensorView w = wide.view(local, opt_.gradient_reduction);
+  be_.convert(g, w);
+  all_reduce(w, spec.partial(), ReduceOp::sum);
+  be_.convert(w, g);
 }
 
 inline void Executor::all_reduce(TensorView v, const AxisList& axes, ReduceOp op) {
   if (axes.empty() || split_factor(axes, mesh_) == 1) return;
   be_.synchronize();
-  comms_.axes(axes)
-      .all_reduce(std::span<float>(v.f32(), static_cast<std::size_t>(v.numel())), op)
-      .wait();
+  comms_.axes(axes).all_reduce(bytes_of(ConstTensorView(v)), bytes_of(v), v.dtype, op).wait();
 }
 
+// The whole tensor on the host, widened to fp32 when it is stored in bf16.
 inline std::vector<float> Executor::gather_to_host(const TensorShape& global, ConstTensorView local,
                                                    const ShardingSpec& spec) {
   const ShardingSpec whole = ShardingSpec::replicated(global.rank());
-  std::vector<float> out(static_cast<std::size_t>(global.numel()));
-  if (spec == whole) {
+  const auto n = static_cast<std::size_t>(global.numel());
+  std::vector<float> out(n);
+  auto to_host = [&](ConstTensorView v) {
     be_.synchronize();
-    be_.copy_to_host(local, out.data());
+    if (v.dtype() == DType::fp32) {
+      be_.copy_to_host(v, out.data());
+      return;
+    }
+    CARTO_CHECK(v.dtype() == DType::bf16, "gather_to_host of a ", to_string_view(v.dtype()),
+                " tensor; the executor stores fp32 and bf16");
+    std::vector<Bf16> narrow(n);
+    be_.copy_to_host(v, narrow.data());
+    for (std::size_t i = 0; i < n; ++i) out[i] = to_float(narrow[i]);
+  };
+  if (spec == whole) {
+    to_host(local);
     return out;
   }
   Buffer b = move(global, local, spec, whole, MemoryCategory::temporaries);
-  be_.synchronize();
-  be_.copy_to_host(b.view(global), out.data());
+  to_host(b.view(global, local.dtype()));
   return out;
 }
 
@@ -119,8 +147,9 @@ inline std::shared_ptr<Buffer> Executor::materialize(TensorId t,
   std::shared_ptr<Buffer> in = materialize(op.inputs[0], base);
   const TensorShape in_local = local_of(op.inputs[0], stored_[op.inputs[0].index()]);
   const TensorShape out_local = local_of(t, stored_[t.index()]);
-  auto out = allocate(out_local, MemoryCategory::temporaries);
-  view_copy(op, in->view(in_local), out->view(out_local), CopyMode::assign, false);
+  auto out = allocate(out_local, dtype_of(t), MemoryCategory::temporaries);
+  view_copy(op, view_of(op.inputs[0], *in, in_local), view_of(t, *out, out_local), CopyMode::assign,
+            false);
   return out;
 }
 

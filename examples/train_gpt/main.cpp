@@ -47,6 +47,9 @@ std::vector<carto::cli::FlagSpec> flag_specs() {
       {"micro-batches", true, "micro-batch counts the search tries, e.g. 1,2 (default 1)"},
       {"lr", true, "AdamW learning rate (default 0.003)"},
       {"dropout", true, "dropout probability in [0, 1) (default 0)"},
+      {"dtype", true,
+       "fp32, or bf16: mixed precision (bf16 activations, gradients and parameter copies; fp32 "
+       "master weights, AdamW state and loss) in planning and training (default fp32)"},
       {"seed", true, "seed of the parameters, the batches and the sampling (default 1)"},
       {"data", true,
        "a text file or a directory of text files (default: license texts under " +
@@ -110,6 +113,13 @@ std::vector<std::int64_t> micro_batch_flag(const carto::cli::Flags& flags) {
   return out;
 }
 
+carto::Precision precision_flag(const carto::cli::Flags& flags) {
+  const std::string text = flags.text("dtype").value_or("fp32");
+  if (text == "fp32") return carto::Precision::fp32;
+  if (text == "bf16") return carto::Precision::mixed_bf16;
+  throw UsageError(std::string(kCommand) + ": --dtype is fp32 or bf16, got '" + text + "'");
+}
+
 // A library message without its "carto: " prefix (the demo's own messages start "carto-demo: ").
 std::string without_prefix(std::string message) {
   if (message.rfind("carto: ", 0) == 0) message.erase(0, 7);
@@ -155,6 +165,7 @@ int run(const std::vector<std::string>& args) {
   const double dropout = flags.probability("dropout").value_or(0.0);
   const double tolerance = number(flags, "tolerance", 0.05, true);
   const std::vector<std::int64_t> micro_batches = micro_batch_flag(flags);
+  const carto::Precision precision = precision_flag(flags);
 
   const demo::Corpus corpus = demo::Corpus::load(flags.text("data").value_or(""));
   const carto::GptConfig config{.name = "char-gpt",
@@ -178,13 +189,14 @@ int run(const std::vector<std::string>& args) {
   for (const std::string& f : corpus.files()) std::cout << "  " << f << "\n";
 
   const demo::MakeGraph make_graph = [&](std::int64_t micro_batch) {
-    return carto::build_gpt(
-        config, {.batch = micro_batch, .precision = carto::Precision::fp32, .dropout = dropout});
+    return carto::build_gpt(config,
+                            {.batch = micro_batch, .precision = precision, .dropout = dropout});
   };
   std::ostringstream model_name;
   model_name << "char-gpt layers=" << config.layers << " hidden=" << config.hidden
              << " heads=" << config.heads << " vocab=" << config.vocab << " seq=" << config.seq
-             << " batch=" << settings.batch << " dropout=" << dropout;
+             << " batch=" << settings.batch << " dropout=" << dropout
+             << (precision == carto::Precision::mixed_bf16 ? " dtype=bf16" : "");
 
   demo::RunInfo info{.model = config,
                      .dropout = dropout,
@@ -211,11 +223,18 @@ int run(const std::vector<std::string>& args) {
                                      .batch = settings.batch,
                                      .micro_batches = micro_batches,
                                      .budget = budget,
-                                     .tolerance = tolerance},
+                                     .tolerance = tolerance,
+                                     .precision = precision},
                                     info.hardware);
     plan = info.search->plan;
   } else {
     plan = demo::load_plan(info.plan_file, model_name.str(), make_graph, mesh, settings.batch);
+    if (plan.precision != precision) {
+      carto::detail::fail("carto-demo: the --plan file '", info.plan_file, "' trains in ",
+                          carto::to_string_view(plan.precision), " but --dtype asks for ",
+                          carto::to_string_view(precision), "; run with --dtype ",
+                          plan.precision == carto::Precision::fp32 ? "fp32" : "bf16");
+    }
   }
   if (const auto file = flags.text("save-plan")) {
     demo::write_json(carto::to_json(plan), *file, "--save-plan");

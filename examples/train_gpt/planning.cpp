@@ -51,7 +51,7 @@ PlanChoice search_plan(const MakeGraph& make_graph, const PlanRequest& request,
     fail("carto-demo: no --micro-batches candidate (", list(request.micro_batches),
          ") divides --batch ", request.batch, "; pass a count that divides it, e.g. 1");
   }
-  carto::SearchOptions options{.precision = carto::Precision::fp32,
+  carto::SearchOptions options{.precision = request.precision,
                                .micro_batches = request.micro_batches,
                                .tolerance = request.tolerance,
                                .meshes = {request.mesh}};

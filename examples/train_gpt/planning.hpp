@@ -1,10 +1,11 @@
 // Planning for carto-demo: the fastest plan on the run's mesh under a memory budget per rank, or a
 // saved plan checked against the run.
 //
-// Design note: carto::search() on the one logical mesh the user names (SearchOptions::meshes),
-// every ZeRO stage and every micro-batch count among the candidates that divides the batch, in
-// the standard search space. With no budget given, the budget is halfway between the least memory
-// any plan needs and the memory of the fastest plan (both read from an unbudgeted search's
+// Design note: carto::search() on the one logical mesh the user names (SearchOptions::meshes), in
+// the precision the run trains in (--dtype: fp32, or mixed bf16 with its gradients reduced in
+// bf16), every ZeRO stage and every micro-batch count among the candidates that divides the batch,
+// in the standard search space. With no budget given, the budget is halfway between the least
+// memory any plan needs and the memory of the fastest plan (both read from an unbudgeted search's
 // frontier), so the search has to give up some speed to fit.
 #pragma once
 
@@ -25,10 +26,11 @@ using MakeGraph = std::function<carto::Graph(std::int64_t micro_batch)>;
 struct PlanRequest {
   std::string model;
   carto::DeviceMesh mesh{};
-  std::int64_t batch = 1;                      // the global batch (rows per step)
-  std::vector<std::int64_t> micro_batches{1};  // candidates
-  std::optional<std::int64_t> budget{};        // bytes per rank; none: see the design note
-  double tolerance = 0;                        // SearchOptions::tolerance
+  std::int64_t batch = 1;                               // the global batch (rows per step)
+  std::vector<std::int64_t> micro_batches{1};           // candidates
+  std::optional<std::int64_t> budget{};                 // bytes per rank; none: see the design note
+  double tolerance = 0;                                 // SearchOptions::tolerance
+  carto::Precision precision = carto::Precision::fp32;  // what the plan is priced for and runs
 };
 
 struct PlanChoice {

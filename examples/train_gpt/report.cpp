@@ -47,8 +47,13 @@ double measured_step_seconds(const TrainResult& result) {
 }
 
 void print_plan(std::ostream& out, const carto::Plan& plan, const RunInfo& info) {
-  out << "plan: mesh " << plan.mesh << ", ZeRO stage " << plan.zero_stage << ", "
-      << plan.micro_batches << " micro-batch" << (plan.micro_batches == 1 ? "" : "es");
+  out << "plan: mesh " << plan.mesh << ", "
+      << (plan.precision == carto::Precision::fp32
+              ? std::string("fp32")
+              : "mixed bf16 (gradients reduced in " +
+                    std::string(carto::to_string_view(plan.gradient_reduction)) + ")")
+      << ", ZeRO stage " << plan.zero_stage << ", " << plan.micro_batches << " micro-batch"
+      << (plan.micro_batches == 1 ? "" : "es");
   if (info.search) {
     out << " (searched in " << fixed(plan.search_time_s, 1)
         << " s over ZeRO stages 0-3 and the micro-batch counts on this mesh, "
@@ -126,6 +131,10 @@ void print_summary(std::ostream& out, const carto::Plan& plan, const TrainResult
         << "\n";
   }
   out << "  rank 0 at its peak: " << result.at_peak.front() << " (bytes)\n";
+  if (plan.precision == carto::Precision::mixed_bf16) {
+    out << "  (measured includes the CPU kernels' fp32 staging of bf16 operands during a call, "
+           "which the plan, priced for a GPU, does not count)\n";
+  }
 
   const double measured = measured_step_seconds(result);
   const std::size_t ranks = result.peak_bytes.size();
@@ -171,6 +180,7 @@ Json report_json(const carto::Plan& plan, const TrainResult& result, const Train
   model["seq"] = info.model.seq;
   model["batch"] = settings.batch;
   model["dropout"] = info.dropout;
+  model["precision"] = std::string(carto::to_string_view(plan.precision));
   model["parameters"] = info.parameters;
   j["data"]["files"] = Json::array();
   for (const std::string& f : info.corpus->files()) j["data"]["files"].push_back(f);

@@ -4,6 +4,9 @@
 #   bad-data       an unreadable --data path: exit code 2 and a line naming it
 #   mesh-mismatch  a plan saved for mesh 2 loaded with --mesh 4: exit code 2 and a line naming both
 #   budget         a budget no plan meets: exit code 2 and a line stating the least memory needed
+#   bf16           a short run with --dtype bf16 on 2 thread ranks: planned and trained in mixed
+#                  bf16 (the plan line says so, the report's plan has precision mixed_bf16), with
+#                  finite losses and the memory table
 # The model is tiny and the meshes 1-D, so each case takes seconds.
 set(tiny --layers 1 --hidden 32 --heads 2 --seq 16 --batch 8 --sample 16)
 
@@ -78,6 +81,27 @@ if(CASE STREQUAL "report")
   json_get(t_measured "${report}" step_time measured_s)
   message(STATUS "losses ${first} -> ${last}; rank 1 peak ${measured} B measured, ${predicted} B "
                  "predicted; step ${t_measured} s measured, ${t_predicted} s predicted")
+elseif(CASE STREQUAL "bf16")
+  run_demo(${tiny} --mesh 2 --steps 2 --dtype bf16 --json ${WORK}/report.json)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the bf16 run failed (exit code ${rc}):\n${out}\n${err}")
+  endif()
+  foreach(line "plan: mesh [^\n]*mixed bf16" "step +2/2  loss [0-9.]+" "peak memory per rank"
+               "fp32 staging of bf16 operands")
+    if(NOT out MATCHES "${line}")
+      message(FATAL_ERROR "the output lacks '${line}':\n${out}")
+    endif()
+  endforeach()
+  file(READ ${WORK}/report.json report)
+  json_get(precision "${report}" plan precision)
+  if(NOT precision STREQUAL "mixed_bf16")
+    message(FATAL_ERROR "the report's plan has precision '${precision}'")
+  endif()
+  json_get(last "${report}" training losses 1)
+  json_get(measured "${report}" memory ranks 0 measured_peak_bytes)
+  json_get(predicted "${report}" memory ranks 0 predicted_peak_bytes)
+  message(STATUS "bf16: last loss ${last}; rank 0 peak ${measured} B measured, ${predicted} B "
+                 "predicted")
 elseif(CASE STREQUAL "bad-data")
   expect_usage_error("cannot read --data '${WORK}/no-such-file'" ${tiny} --mesh 2 --steps 1
                      --data ${WORK}/no-such-file)

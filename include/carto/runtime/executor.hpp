@@ -39,7 +39,11 @@
 //    element index; dropout from a stream keyed by (op, step·m + micro-batch). So every plan
 //    computes the same function as one device.
 // Memory goes through the backend's allocator; install a MemoryTracker (TrackingAllocator) to
-// measure it. Only fp32 runs (the CPU backend's dtype); the graph's dtype sizes only the plan.
+// measure it. Dtypes (ExecutorOptions::precision): fp32, or mixed_bf16 — bf16 activations, their
+// gradients, parameter compute copies and parameter gradients; fp32 master weights beside AdamW's
+// m and v (sharded with them under ZeRO), fp32 statistics, partial sums and loss; gradients reduced
+// in ExecutorOptions::gradient_reduction (executor_class.hpp's note has the details). The graph's
+// dtype sizes only the plan: build it with the precision the executor runs, so the two agree.
 //
 // The code is split along these rules into the headers of carto/runtime/executor/, each with its
 // own note: executor_class.hpp (the class, its options and bookkeeping types, small helpers),

@@ -86,7 +86,9 @@ struct Tensors {
 
 void report(benchmark::State& state, const Shape& s, DType dt, const char* pass, double flops,
             double seconds, std::int64_t iterations) {
-  state.SetLabel(std::string(pass) + " " + std::string(to_string_view(dt)));
+  state.SetLabel(std::string(pass) + " " + std::string(to_string_view(dt)) + " " +
+                 std::to_string(s.batch) + "x" + std::to_string(s.heads) + "x" +
+                 std::to_string(s.seq) + "x" + std::to_string(s.dim));
   bench::set_rate(state, "TFLOP/s", flops * 1e-12);
   const auto it =
       sdpa_rates().find({pass, s.batch, s.heads, s.seq, s.dim, std::string(to_string_view(dt))});

@@ -1,20 +1,23 @@
 // LoopbackComm: every rank of a mesh on one GPU. Every collective, in place and out of place, on
 // every group of meshes of 1, 2, 4 and 8 ranks (tests/runtime/comm_cases.hpp's closed forms, run
-// on device buffers through DeviceMirror); sums bit-identical to ThreadComm's on random fp32
-// values (both reduce in rank order 0..n-1); a rank that throws makes the others fail in bounded
-// time; the stream protocol holds when the ranks' streams still have work queued before a
-// collective.
+// on device buffers through DeviceMirror); sums bit-identical to ThreadComm's on random fp32 and
+// bf16 values (both reduce in fp32 in rank order 0..n-1 and round bf16 once); a rank that throws
+// makes the others fail in bounded time; the stream protocol holds when the ranks' streams still
+// have work queued before a collective.
 #include <atomic>
-#include <bit>
+#include <carto/runtime/bf16.hpp>
 #include <carto/runtime/rng.hpp>
 #include <carto/runtime/thread_comm.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <cuda/loopback_comm.hpp>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cuda/device_mirror.hpp"
@@ -74,48 +77,62 @@ TEST_CASE("loopback ranks on one GPU: every collective on every group of every m
   }
 }
 
-TEST_CASE("loopback sums equal ThreadComm's bit for bit", "[cuda][comm]") {
-  constexpr std::size_t kCount = 3001;  // not a multiple of the chunking of either
-  for (const int n : {2, 3, 8}) {
-    const auto nu = static_cast<std::size_t>(n);
-    std::vector<std::vector<float>> want_all(nu), want_scatter(nu), got_all(nu), got_scatter(nu);
-    run_threads(n, [&](Communicator& world) {
-      const auto r = static_cast<std::size_t>(world.rank());
-      const std::vector<float> send = random_values(world.rank(), kCount * nu);
-      want_all[r].assign(kCount * nu, 0.0f);
-      world.all_reduce(std::span<const float>(send), std::span<float>(want_all[r]), ReduceOp::sum)
-          .wait();
-      want_scatter[r].assign(kCount, 0.0f);
-      world
-          .reduce_scatter(std::span<const float>(send), std::span<float>(want_scatter[r]),
-                          ReduceOp::sum)
-          .wait();
-    });
-    cuda::run_loopback(n, 0, [&](cuda::LoopbackWorld& world, int rank) {
-      const auto r = static_cast<std::size_t>(rank);
-      const DeviceStream stream;
-      DeviceMirror mirror(world.communicator(rank, stream.get()));
-      const std::vector<float> send = random_values(rank, kCount * nu);
-      got_all[r].assign(kCount * nu, 0.0f);
-      mirror.all_reduce(std::span<const float>(send), std::span<float>(got_all[r]), ReduceOp::sum)
-          .wait();
-      got_scatter[r].assign(kCount, 0.0f);
-      mirror
-          .reduce_scatter(std::span<const float>(send), std::span<float>(got_scatter[r]),
-                          ReduceOp::sum)
-          .wait();
-    });
-    for (std::size_t r = 0; r < nu; ++r) {
-      std::int64_t differ = 0;
-      for (std::size_t i = 0; i < want_all[r].size(); ++i)
-        differ += std::bit_cast<std::uint32_t>(got_all[r][i]) !=
-                  std::bit_cast<std::uint32_t>(want_all[r][i]);
-      for (std::size_t i = 0; i < want_scatter[r].size(); ++i)
-        differ += std::bit_cast<std::uint32_t>(got_scatter[r][i]) !=
-                  std::bit_cast<std::uint32_t>(want_scatter[r][i]);
-      INFO(n << " ranks, rank " << r << ": " << differ << " elements differ in their bits");
-      CHECK(differ == 0);
+namespace {
+
+// Every rank's all_reduce and reduce_scatter sums of random values of element type T (float or
+// Bf16) on `comm`, as (all, scatter).
+template <class T>
+std::pair<std::vector<T>, std::vector<T>> sums_of(Communicator& comm, std::size_t count) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const std::vector<float> values = random_values(comm.world_rank(), count * n);
+  std::vector<T> send(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if constexpr (std::is_same_v<T, Bf16>) {
+      send[i] = to_bf16(values[i]);
+    } else {
+      send[i] = values[i];
     }
+  }
+  std::vector<T> all(count * n), scatter(count);
+  comm.all_reduce(std::span<const T>(send), std::span<T>(all), ReduceOp::sum).wait();
+  comm.reduce_scatter(std::span<const T>(send), std::span<T>(scatter), ReduceOp::sum).wait();
+  return {std::move(all), std::move(scatter)};
+}
+
+template <class T>
+void check_bitwise_against_threads(int n) {
+  constexpr std::size_t kCount = 3001;  // not a multiple of the chunking of either
+  const auto nu = static_cast<std::size_t>(n);
+  std::vector<std::pair<std::vector<T>, std::vector<T>>> want(nu), got(nu);
+  run_threads(n, [&](Communicator& world) {
+    want[static_cast<std::size_t>(world.rank())] = sums_of<T>(world, kCount);
+  });
+  cuda::run_loopback(n, 0, [&](cuda::LoopbackWorld& world, int rank) {
+    const DeviceStream stream;
+    DeviceMirror mirror(world.communicator(rank, stream.get()));
+    got[static_cast<std::size_t>(rank)] = sums_of<T>(mirror, kCount);
+  });
+  for (std::size_t r = 0; r < nu; ++r) {
+    std::int64_t differ = 0;
+    auto count = [&](const std::vector<T>& a, const std::vector<T>& b) {
+      for (std::size_t i = 0; i < b.size(); ++i)
+        differ += std::memcmp(&a[i], &b[i], sizeof(T)) != 0 ? 1 : 0;
+    };
+    count(got[r].first, want[r].first);
+    count(got[r].second, want[r].second);
+    INFO(n << " ranks, rank " << r << ", " << sizeof(T) * 8 << "-bit elements: " << differ
+           << " elements differ in their bits");
+    CHECK(differ == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("loopback sums equal ThreadComm's bit for bit, fp32 and bf16", "[cuda][comm]") {
+  // Both reduce each element in fp32 in rank order 0..n-1; bf16 is rounded once, on the store.
+  for (const int n : {2, 3, 8}) {
+    check_bitwise_against_threads<float>(n);
+    check_bitwise_against_threads<Bf16>(n);
   }
 }
 

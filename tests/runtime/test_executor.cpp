@@ -475,7 +475,7 @@ TEST_CASE("mixed bf16 on one device stays close to fp32", "[executor][bf16]") {
   CHECK(off_grid);
 }
 
-TEST_CASE("mixed bf16: sharded training equals one device; memory as predicted",
+TEST_CASE("mixed bf16: sharded training equals one device and memory is as predicted",
           "[executor][bf16]") {
   const HardwareProfile hw = hardware::h100();
   std::map<std::int64_t, RunResult> reference;  // by micro-batch count

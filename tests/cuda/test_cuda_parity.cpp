@@ -12,8 +12,9 @@
 // losses to 1e-4 relative, while a wrong plan changes values by their own size (1e-2 .. 1). The GPU
 // against the CPU: different kernels, the same argument.
 //
-// Precision is a field of each case: the executor runs fp32 today; mixed bf16 cases join the list
-// (with their own tolerances) once the executor supports them.
+// Precision is a field of each case, and plans and references follow it (mixed() for mixed bf16).
+// The cases listed are fp32: mixed-bf16 cases need the u-derived bounds of test_executor.cpp
+// (mixed_bounds, compare_mixed) instead of compare_runs, and join the list once those are shared.
 //
 // With CARTO_GPU_REPORT set to a file name, each case appends one line to it (scripts/gpu-check
 // prints them): "parity<TAB>name<TAB>ok|FAIL<TAB>detail" and
@@ -74,8 +75,9 @@ DpOptions dp_options(const ParityCase& c, const DeviceMesh& mesh) {
 Plan plan_for(const ParityCase& c, const Graph& g, const HardwareProfile& hw) {
   const DeviceMesh mesh = parse_mesh(c.mesh);
   if (c.kind == PlanKind::megatron) {
-    return make_plan(g, mesh,
-                     megatron_strategy_indices(g, mesh, kTiny.hidden, SequenceParallel::off));
+    const Plan p =
+        make_plan(g, mesh, megatron_strategy_indices(g, mesh, kTiny.hidden, SequenceParallel::off));
+    return c.precision == Precision::mixed_bf16 ? mixed(p) : p;
   }
   const DpOptions dp = dp_options(c, mesh);
   const DpResult r = dp_frontier(g, mesh, hw, dp);
@@ -174,7 +176,9 @@ TEST_CASE("sharded training on loopback meshes equals one GPU, memory as predict
     const auto key = std::make_pair(c.precision, c.attention);
     if (!reference.contains(key)) {
       const DeviceMesh one = parse_mesh("1");
-      reference[key] = train_on_gpu(g, make_plan(g, one, replicated_strategies(g, one)));
+      const Plan single = make_plan(g, one, replicated_strategies(g, one));
+      reference[key] =
+          train_on_gpu(g, c.precision == Precision::mixed_bf16 ? mixed(single) : single);
     }
     const RunResult& ref = reference[key];
     const RunResult got = train_on_gpu(g, plan);

@@ -369,9 +369,9 @@ class DpModel {
     c.micro_s = t.compute_forward_s + t.compute_backward_s + t.comm_forward_s +
                 (t.comm_backward_s - c.sync_s);
     c.private_saved = s.cost.private_saved_bytes;
-    // ZeRO-3 gathers the op's parameters for the time it runs.
-    c.temporaries =
-        s.memory.temporaries + (options_.zero_stage == 3 ? parameter_bytes(g_, s, mesh_) : 0);
+    // ZeRO-3 gathers the op's parameters for the time it runs; a widened gradient reduction.
+    c.temporaries = s.memory.temporaries + zero_transient_bytes(g_, s, mesh_, options_.zero_stage,
+                                                                strategy_options(options_));
     return c;
   }
 

@@ -86,9 +86,10 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
     std::int64_t peak = 0;  // max_k (A_≤k + T_k): op k's backward runs with A_≤k still held
     for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
       const Strategy& s = chosen[static_cast<std::size_t>(k)];
-      const std::int64_t t = s.memory.temporaries +
-                             (options.zero_stage == 3 ? parameter_bytes(g, s, mesh) : 0) +
-                             cost.move_transient_by_op[static_cast<std::size_t>(k)];
+      const std::int64_t t =
+          s.memory.temporaries +
+          zero_transient_bytes(g, s, mesh, options.zero_stage, strategy_options(options)) +
+          cost.move_transient_by_op[static_cast<std::size_t>(k)];
       temp = std::max(temp, t);
       held += cost.saved_by_op[static_cast<std::size_t>(k)];
       peak = std::max(peak, held + t);

@@ -214,6 +214,24 @@ inline std::int64_t parameter_bytes(const Graph& g, const Strategy& s, const Dev
   return bytes;
 }
 
+// Bytes live while the op runs that its ZeRO stage adds to its temporaries: stage 3 gathers its
+// parameters (parameter_bytes); at stages 2-3 a parameter gradient is reduced during the op's
+// backward, and when the reduction's dtype is wider than the gradient's (fp32 under mixed bf16)
+// the gradient is widened into a temporary of the reduced bytes for it (one per reduced input).
+inline std::int64_t zero_transient_bytes(const Graph& g, const Strategy& s, const DeviceMesh& mesh,
+                                         int zero_stage, const StrategyOptions& options) {
+  std::int64_t bytes = zero_stage == 3 ? parameter_bytes(g, s, mesh) : 0;
+  if (zero_stage >= 2 && gradient_reduction_dtype(options.precision, options.gradient_reduction) !=
+                             compute_dtype(options.precision)) {
+    std::int32_t last = -1;
+    for (const CollectiveCall& c : s.gradient_sync) {
+      if (c.input != last) bytes += c.bytes;
+      last = c.input;
+    }
+  }
+  return bytes;
+}
+
 // The spec without its Partial axes.
 inline ShardingSpec without_partial(const ShardingSpec& s) {
   ShardingSpec out = s;

@@ -19,7 +19,6 @@
 namespace carto::cpu {
 
 using detail::extents_of;
-using detail::kStageBlock;
 using detail::Load;
 using detail::require_numel;
 using detail::require_same_shape;
@@ -324,9 +323,9 @@ CARTO_VECTOR_CLONES void gelu_backward_loop(const float* px, const float* pdy, f
 
 void CpuBackend::gelu_forward(ConstTensorView x, TensorView y) {
   require_numel("gelu_forward", "y", y.numel(), x.numel());
-  const Staging st(*this, "gelu_forward",
-                   {{"x", x.dtype(), kStageBlock}, {"y", y.dtype, kStageBlock}});
-  st.for_blocks(x.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+  const std::int64_t block = detail::stage_block(x.numel());
+  const Staging st(*this, "gelu_forward", {{"x", x.dtype(), block}, {"y", y.dtype, block}});
+  st.for_blocks(x.numel(), block, [&](std::int64_t at, std::int64_t n) {
     gelu_forward_loop(st.read(0, x, at, n), st.write(1, y, at, n, Load::no), n);
     st.commit(1, y, at, n);
   });
@@ -335,11 +334,10 @@ void CpuBackend::gelu_forward(ConstTensorView x, TensorView y) {
 void CpuBackend::gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) {
   require_numel("gelu_backward", "dy", dy.numel(), x.numel());
   require_numel("gelu_backward", "dx", dx.numel(), x.numel());
+  const std::int64_t block = detail::stage_block(x.numel());
   const Staging st(*this, "gelu_backward",
-                   {{"x", x.dtype(), kStageBlock},
-                    {"dy", dy.dtype(), kStageBlock},
-                    {"dx", dx.dtype, kStageBlock}});
-  st.for_blocks(x.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+                   {{"x", x.dtype(), block}, {"dy", dy.dtype(), block}, {"dx", dx.dtype, block}});
+  st.for_blocks(x.numel(), block, [&](std::int64_t at, std::int64_t n) {
     gelu_backward_loop(st.read(0, x, at, n), st.read(1, dy, at, n),
                        st.write(2, dx, at, n, Load::yes), n);
     st.commit(2, dx, at, n);
@@ -349,10 +347,10 @@ void CpuBackend::gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView
 void CpuBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
   require_numel("add", "b", b.numel(), a.numel());
   require_numel("add", "y", y.numel(), a.numel());
-  const Staging st(
-      *this, "add",
-      {{"a", a.dtype(), kStageBlock}, {"b", b.dtype(), kStageBlock}, {"y", y.dtype, kStageBlock}});
-  st.for_blocks(a.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+  const std::int64_t block = detail::stage_block(a.numel());
+  const Staging st(*this, "add",
+                   {{"a", a.dtype(), block}, {"b", b.dtype(), block}, {"y", y.dtype, block}});
+  st.for_blocks(a.numel(), block, [&](std::int64_t at, std::int64_t n) {
     const float* pa = st.read(0, a, at, n);
     const float* pb = st.read(1, b, at, n);
     float* py = st.write(2, y, at, n, Load::no);
@@ -364,8 +362,9 @@ void CpuBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
 
 void CpuBackend::scale(ConstTensorView x, float factor, TensorView y) {
   require_numel("scale", "y", y.numel(), x.numel());
-  const Staging st(*this, "scale", {{"x", x.dtype(), kStageBlock}, {"y", y.dtype, kStageBlock}});
-  st.for_blocks(x.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+  const std::int64_t block = detail::stage_block(x.numel());
+  const Staging st(*this, "scale", {{"x", x.dtype(), block}, {"y", y.dtype, block}});
+  st.for_blocks(x.numel(), block, [&](std::int64_t at, std::int64_t n) {
     const float* px = st.read(0, x, at, n);
     float* py = st.write(1, y, at, n, Load::no);
 #pragma omp simd
@@ -376,9 +375,9 @@ void CpuBackend::scale(ConstTensorView x, float factor, TensorView y) {
 
 void CpuBackend::add_scaled(ConstTensorView x, float factor, TensorView y) {
   require_numel("add_scaled", "y", y.numel(), x.numel());
-  const Staging st(*this, "add_scaled",
-                   {{"x", x.dtype(), kStageBlock}, {"y", y.dtype, kStageBlock}});
-  st.for_blocks(x.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+  const std::int64_t block = detail::stage_block(x.numel());
+  const Staging st(*this, "add_scaled", {{"x", x.dtype(), block}, {"y", y.dtype, block}});
+  st.for_blocks(x.numel(), block, [&](std::int64_t at, std::int64_t n) {
     const float* px = st.read(0, x, at, n);
     float* py = st.write(1, y, at, n, Load::yes);
 #pragma omp simd
@@ -402,7 +401,7 @@ std::int64_t bias_width(std::string_view call, const TensorShape& x, const Tenso
 void CpuBackend::bias_forward(ConstTensorView x, ConstTensorView b, TensorView y) {
   const std::int64_t w = bias_width("bias_forward", x.shape(), b.shape());
   require_numel("bias_forward", "y", y.numel(), x.numel());
-  const std::int64_t rows = x.numel() / w, step = detail::rows_per_block(w);
+  const std::int64_t rows = x.numel() / w, step = detail::rows_per_block(w, rows);
   const Staging st(*this, "bias_forward",
                    {{"b", b.dtype(), w}, {"x", x.dtype(), step * w}, {"y", y.dtype, step * w}});
   const float* pb = st.read(0, b, 0, w);
@@ -422,7 +421,7 @@ void CpuBackend::bias_forward(ConstTensorView x, ConstTensorView b, TensorView y
 // db's fp32 values stay in one slot over all rows and are rounded once at the end.
 void CpuBackend::bias_backward(ConstTensorView dy, TensorView db) {
   const std::int64_t w = bias_width("bias_backward", dy.shape(), db.shape);
-  const std::int64_t rows = dy.numel() / w, step = detail::rows_per_block(w);
+  const std::int64_t rows = dy.numel() / w, step = detail::rows_per_block(w, rows);
   const Staging st(*this, "bias_backward", {{"db", db.dtype, w}, {"dy", dy.dtype(), step * w}});
   float* pdb = st.write(0, db, 0, w, Load::yes);
   st.for_blocks(rows, step, [&](std::int64_t r0, std::int64_t nr) {
@@ -453,8 +452,9 @@ void CpuBackend::adamw_update(TensorView param, ConstTensorView grad, TensorView
   const auto correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta2), t));
   const float b1 = args.beta1, b2 = args.beta2, lr = args.learning_rate, eps = args.epsilon,
               wd = args.weight_decay;
-  const Staging st(*this, "adamw_update", {{"grad", grad.dtype(), kStageBlock}});
-  st.for_blocks(param.numel(), kStageBlock, [&](std::int64_t at, std::int64_t n) {
+  const std::int64_t block = detail::stage_block(param.numel());
+  const Staging st(*this, "adamw_update", {{"grad", grad.dtype(), block}});
+  st.for_blocks(param.numel(), block, [&](std::int64_t at, std::int64_t n) {
     const float* g = st.read(0, grad, at, n);
     float* pa = p + at;
     float* ma = pm + at;

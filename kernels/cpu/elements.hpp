@@ -31,6 +31,11 @@ namespace carto::cpu::detail {
 
 // Elements per step of a staged elementwise kernel (16 KiB of fp32 per slot).
 inline constexpr std::int64_t kStageBlock = 4096;
+// The step (and slot size) for a view of n elements: kStageBlock, or n when that is smaller, so a
+// small tensor's staging costs its own size.
+constexpr std::int64_t stage_block(std::int64_t n) {
+  return n < 1 ? 1 : (n < kStageBlock ? n : kStageBlock);
+}
 
 // bf16 -> fp32 (exact) and fp32 -> bf16 (to nearest even, NaN kept a quiet NaN: bf16.hpp's
 // to_bf16 bit for bit) over n elements; vectorized (cpu_backend.cpp).
@@ -141,8 +146,10 @@ class Staging {
 
 // Rows per step of a staged row kernel with rows of `columns` elements: about kStageBlock
 // elements, at least one row.
-inline std::int64_t rows_per_block(std::int64_t columns) {
-  return columns >= kStageBlock ? 1 : kStageBlock / (columns > 0 ? columns : 1);
+// Rows of `columns` per staged step: about kStageBlock elements, at most the `rows` there are.
+inline std::int64_t rows_per_block(std::int64_t columns, std::int64_t rows) {
+  const std::int64_t step = columns >= kStageBlock ? 1 : kStageBlock / (columns > 0 ? columns : 1);
+  return std::max<std::int64_t>(1, std::min(step, rows));
 }
 
 }  // namespace carto::cpu::detail

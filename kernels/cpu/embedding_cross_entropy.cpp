@@ -201,7 +201,7 @@ CARTO_VECTOR_CLONES void cross_entropy_backward_rows(const float* pl, const floa
 void CpuBackend::cross_entropy_row_max(ConstTensorView logits, TensorView row_max) {
   const LogitRows r = logit_rows("cross_entropy_row_max", logits.shape(), row_max.numel(), {});
   float* pm = fp32_of("cross_entropy_row_max", "row_max", row_max);
-  const std::int64_t v = r.vocab, step = rows_per_block(v);
+  const std::int64_t v = r.vocab, step = rows_per_block(v, r.rows);
   const Staging st(*this, "cross_entropy_row_max", {{"logits", logits.dtype(), step * v}});
   st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
     row_max_rows(st.read(0, logits, r0 * v, nr * v), pm + r0, nr, v);
@@ -215,7 +215,7 @@ void CpuBackend::cross_entropy_sum_exp(ConstTensorView logits, ConstTensorView r
   require_numel(call, "sum_exp", sum_exp.numel(), r.rows);
   const float* pm = fp32_of(call, "row_max", row_max);
   float* ps = fp32_of(call, "sum_exp", sum_exp);
-  const std::int64_t v = r.vocab, step = rows_per_block(v);
+  const std::int64_t v = r.vocab, step = rows_per_block(v, r.rows);
   const Staging st(*this, call, {{"logits", logits.dtype(), step * v}});
   st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
     sum_exp_rows(st.read(0, logits, r0 * v, nr * v), pm + r0, ps + r0, nr, v);
@@ -275,7 +275,7 @@ void CpuBackend::cross_entropy_forward(ConstTensorView logits, IndexView targets
                           .shape = row_shape};
   fp32_of("cross_entropy_forward", "loss", loss);
   fp32_of("cross_entropy_forward", "logsumexp", logsumexp);
-  const std::int64_t v = r.vocab, step = rows_per_block(v);
+  const std::int64_t v = r.vocab, step = rows_per_block(v, r.rows);
   const Staging st(*this, "cross_entropy_forward", {{"logits", logits.dtype(), step * v}});
   st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
     max_and_sum_exp_rows(st.read(0, logits, r0 * v, nr * v), row_max.f32() + r0, sum_exp.f32() + r0,
@@ -296,7 +296,7 @@ void CpuBackend::cross_entropy_backward(ConstTensorView logits, IndexView target
   const float* plse = fp32_of(call, "logsumexp", logsumexp);
   detail::require_storable(call, "dloss", dloss.dtype());
   const float g = detail::load(dloss, 0) / static_cast<float>(r.count);
-  const std::int64_t v = r.vocab, step = rows_per_block(v);
+  const std::int64_t v = r.vocab, step = rows_per_block(v, r.rows);
   const Staging st(*this, call,
                    {{"logits", logits.dtype(), step * v}, {"dlogits", dlogits.dtype, step * v}});
   st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {

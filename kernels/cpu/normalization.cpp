@@ -139,7 +139,7 @@ void CpuBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, Con
   constexpr std::string_view call = "layernorm_forward";
   float* pmean = fp32_of(call, "mean", mean);
   float* prstd = fp32_of(call, "rstd", rstd);
-  const std::int64_t step = rows_per_block(c);
+  const std::int64_t step = rows_per_block(c, rows);
   const Staging st(*this, call,
                    {{"gamma", gamma.dtype(), c},
                     {"beta", beta.dtype(), c},
@@ -165,7 +165,7 @@ void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, Const
   constexpr std::string_view call = "layernorm_backward";
   const float* pmean = fp32_of(call, "mean", mean);
   const float* prstd = fp32_of(call, "rstd", rstd);
-  const std::int64_t step = rows_per_block(c);
+  const std::int64_t step = rows_per_block(c, rows);
   const Staging st(*this, call,
                    {{"gamma", gamma.dtype(), c},
                     {"dgamma", dgamma.dtype, c},
@@ -253,7 +253,7 @@ CARTO_VECTOR_CLONES void backward_apply_rows(const float* pdy, const float* px, 
 void CpuBackend::layernorm_partial_sums(ConstTensorView x, TensorView sums) {
   const NormRows n = check_norm("layernorm_partial_sums", x.shape(), {.sums = sums.numel()});
   float* ps = fp32_of("layernorm_partial_sums", "sums", sums);
-  const std::int64_t c = n.columns, step = rows_per_block(c);
+  const std::int64_t c = n.columns, step = rows_per_block(c, n.rows);
   const Staging st(*this, "layernorm_partial_sums", {{"x", x.dtype(), step * c}});
   st.for_blocks(n.rows, step, [&](std::int64_t r0, std::int64_t nr) {
     partial_sums_rows(st.read(0, x, r0 * c, nr * c), ps + 2 * r0, nr, c);
@@ -274,7 +274,7 @@ void CpuBackend::layernorm_apply(ConstTensorView x, ConstTensorView sums,
   const float* ps = fp32_of(call, "sums", sums);
   float* pmean = fp32_of(call, "mean", mean);
   float* prstd = fp32_of(call, "rstd", rstd);
-  const std::int64_t c = n.columns, step = rows_per_block(c);
+  const std::int64_t c = n.columns, step = rows_per_block(c, n.rows);
   const Staging st(*this, call,
                    {{"gamma", gamma.dtype(), c},
                     {"beta", beta.dtype(), c},
@@ -303,7 +303,7 @@ void CpuBackend::layernorm_backward_partial_sums(ConstTensorView dy, ConstTensor
   const float* pmean = fp32_of(call, "mean", mean);
   const float* prstd = fp32_of(call, "rstd", rstd);
   float* ps = fp32_of(call, "sums", sums);
-  const std::int64_t c = n.columns, step = rows_per_block(c);
+  const std::int64_t c = n.columns, step = rows_per_block(c, n.rows);
   const Staging st(
       *this, call,
       {{"gamma", gamma.dtype(), c}, {"dy", dy.dtype(), step * c}, {"x", x.dtype(), step * c}});
@@ -331,7 +331,7 @@ void CpuBackend::layernorm_backward_apply(ConstTensorView dy, ConstTensorView x,
   const float* pmean = fp32_of(call, "mean", mean);
   const float* prstd = fp32_of(call, "rstd", rstd);
   const float* ps = fp32_of(call, "sums", sums);
-  const std::int64_t c = n.columns, step = rows_per_block(c);
+  const std::int64_t c = n.columns, step = rows_per_block(c, n.rows);
   const Staging st(*this, call,
                    {{"gamma", gamma.dtype(), c},
                     {"dgamma", dgamma.dtype, c},
@@ -426,7 +426,7 @@ void CpuBackend::softmax_forward(ConstTensorView x, TensorView y, const SoftmaxA
   for (std::int64_t r = 0; r < std::min(geo.rows, geo.queries); ++r) {
     CARTO_CHECK(geo.visible(r) > 0, "softmax_forward: row ", r, " has every key masked");
   }
-  const std::int64_t k = geo.keys, step = rows_per_block(k);
+  const std::int64_t k = geo.keys, step = rows_per_block(k, geo.rows);
   const Staging st(*this, "softmax_forward",
                    {{"x", x.dtype(), step * k}, {"y", y.dtype, step * k}});
   st.for_blocks(geo.rows, step, [&](std::int64_t r0, std::int64_t nr) {
@@ -441,7 +441,7 @@ void CpuBackend::softmax_backward(ConstTensorView y, ConstTensorView dy, TensorV
   const SoftmaxRows geo = softmax_rows("softmax_backward", y.shape(), args);
   require_numel("softmax_backward", "dy", dy.numel(), y.numel());
   require_numel("softmax_backward", "dx", dx.numel(), y.numel());
-  const std::int64_t k = geo.keys, step = rows_per_block(k);
+  const std::int64_t k = geo.keys, step = rows_per_block(k, geo.rows);
   const Staging st(
       *this, "softmax_backward",
       {{"y", y.dtype(), step * k}, {"dy", dy.dtype(), step * k}, {"dx", dx.dtype, step * k}});

@@ -5,5 +5,6 @@
 #include "carto/layers/basic.hpp"
 #include "carto/layers/embedding.hpp"
 #include "carto/layers/gpt.hpp"
+#include "carto/layers/llama.hpp"
 #include "carto/layers/sequential.hpp"
 #include "carto/layers/transformer.hpp"

@@ -13,5 +13,6 @@ int models_command(const std::vector<std::string>& args, std::ostream& out);
 int plan_command(const std::vector<std::string>& args, std::ostream& out);
 int reshard_command(const std::vector<std::string>& args, std::ostream& out);
 int strategies_command(const std::vector<std::string>& args, std::ostream& out);
+int report_command(const std::vector<std::string>& args, std::ostream& out);
 
 }  // namespace carto::tools

@@ -22,6 +22,7 @@ const char* const kUsage =
     "  reshard   the cheapest steps from one sharding spec of a tensor to another, time and "
     "memory\n"
     "  strategies  each op of one transformer block: its sharding strategies, the cheapest first\n"
+    "  report    the HTML report of a saved plan (carto-plan report PLAN.json -o PLAN.html)\n"
     "'carto-plan <command> --help' lists a command's flags.\n";
 
 }  // namespace
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     if (command == "models") return carto::tools::models_command(args, std::cout);
     if (command == "reshard") return carto::tools::reshard_command(args, std::cout);
     if (command == "strategies") return carto::tools::strategies_command(args, std::cout);
+    if (command == "report") return carto::tools::report_command(args, std::cout);
     if (command == "--help" || command == "-h" || command == "help") {
       std::cout << kUsage;
       return 0;

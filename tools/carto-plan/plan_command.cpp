@@ -13,6 +13,7 @@
 #include "cli.hpp"
 #include "commands.hpp"
 #include "model_flags.hpp"
+#include "report_command.hpp"
 
 namespace carto::tools {
 
@@ -53,6 +54,8 @@ std::vector<cli::FlagSpec> plan_flags() {
            "configurations whose least time cannot beat the plan found are skipped)"},
           {"json", false, "print one JSON object"},
           {"out", true, "also write the plan as JSON to this file"},
+          {"report", true, "also write the plan's HTML report to this file"},
+          {"compare", true, "with --report: another plan file of the model, shown beside it"},
           {"help", false, "this text"},
       });
   return flags;
@@ -192,6 +195,16 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
     std::ofstream file(*path);
     file << j.dump(2) << "\n";
     if (!file) throw cli::UsageError("plan: cannot write the plan to '" + *path + "'");
+  }
+  if (auto path = flags.text("report")) {
+    const GraphMaker graph_of = [&](std::int64_t micro_batch, Precision) {
+      return make_graph(micro_batch);
+    };
+    write_plan_report(*path, plan, make_graph(batch / plan.micro_batches), graph_of,
+                      describe_model(config), hw, options.memory_budget, batch,
+                      flags.text("compare"));
+  } else if (flags.has("compare")) {
+    throw cli::UsageError("plan: --compare needs --report FILE.html");
   }
   if (flags.has("json")) {
     out << j.dump(2) << "\n";

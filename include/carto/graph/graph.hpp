@@ -15,6 +15,14 @@
 // broadcast over the leading ones), reductions along one dim (softmax, layernorm with its mean and
 // rstd), gather (embedding lookup), softmax_cross_entropy (per-token loss averaged to a scalar),
 // fused_attention (flash-style softmax(QKᵀ·scale)·V with dropout inside) and views.
+// Llama-family ops: rmsnorm (x·rstd·γ along one dim, rstd = 1/sqrt(mean(x²) + eps); Zhang &
+// Sennrich 2019: no mean, no β), silu_mul (the SwiGLU product silu(gate)·up of two equal-shaped
+// tensors, fused into one op so that silu(gate) is never a graph tensor), and rotary (Su et al.
+// 2021: pairs (2i, 2i+1) of the last dim rotated by position·θ^(-2i/d), the position being the
+// second-to-last dim; Op::factor holds θ). Grouped-query attention keeps each query head beside
+// its key/value head: split_groups views (B, S, n·g·d) as (B, n, g, S, d) (n key/value heads, g
+// query heads per group), merge_heads accepts that rank-5 form, and fused_attention takes q of
+// rank 5 with k, v (B, n, S, d).
 //
 // Groups name contiguous op ranges (one layer each: "embedding", "block.3", "lm_head", ...); the
 // profiler reports per group and checkpoints groups of kind transformer_block under
@@ -84,6 +92,9 @@ enum class OpKind : std::uint8_t {
   softmax_cross_entropy,
   fused_attention,
   view,
+  rmsnorm,
+  silu_mul,
+  rotary,
 };
 
 constexpr std::string_view to_string_view(OpKind k) {
@@ -100,22 +111,25 @@ constexpr std::string_view to_string_view(OpKind k) {
     case OpKind::softmax_cross_entropy: return "softmax_cross_entropy";
     case OpKind::fused_attention: return "fused_attention";
     case OpKind::view: return "view";
+    case OpKind::rmsnorm: return "rmsnorm";
+    case OpKind::silu_mul: return "silu_mul";
+    case OpKind::rotary: return "rotary";
   }
   return "?";
 }
 
 enum class Masking : std::uint8_t { none, causal };
-enum class ViewKind : std::uint8_t { split_heads, merge_heads, transpose };
+enum class ViewKind : std::uint8_t { split_heads, merge_heads, transpose, split_groups };
 
 struct Op {
   OpKind kind = OpKind::view;
   StaticVector<TensorId, 3> inputs{};
   TensorId output{};
-  Einsum einsum{};                  // einsum only
-  std::size_t dim = 0;              // softmax, layernorm: the reduced dim; split_heads: the part
-  double probability = 0.0;         // dropout, fused_attention: the drop probability
-  double factor = 1.0;              // scale, fused_attention: the multiplier
-  Masking masking = Masking::none;  // softmax, fused_attention
+  Einsum einsum{};           // einsum only
+  std::size_t dim = 0;       // softmax, layernorm, rmsnorm: the reduced dim; split_heads: the part
+  double probability = 0.0;  // dropout, fused_attention: the drop probability
+  double factor = 1.0;       // scale, fused_attention: the multiplier; rotary: θ
+  Masking masking = Masking::none;      // softmax, fused_attention
   ViewKind view = ViewKind::transpose;  // view only
   std::int32_t group = -1;              // index of the enclosing OpGroup, or -1
 };
@@ -305,21 +319,67 @@ class Graph {
     op.inputs = {logits, targets};
     return add_op(op, TensorShape{}, DType::fp32);
   }
-  // softmax(q kᵀ · factor, masked) · v with dropout, flash-style; q, k, v (B, heads, S, d).
+  // softmax(q kᵀ · factor, masked) · v with dropout, flash-style; q, k, v (B, heads, S, d), or
+  // grouped-query: q (B, n, g, S, d) with k, v (B, n, S, d) (every query head of group n reads
+  // key/value head n). The output has q's shape.
   constexpr TensorId fused_attention(TensorId q, TensorId k, TensorId v, double factor,
                                      Masking masking, double probability) {
     check_probability(probability);
-    if (!(tensor(q).shape == tensor(k).shape) || !(tensor(q).shape == tensor(v).shape) ||
-        tensor(q).shape.rank() != 4) {
-      detail::fail("carto: fused_attention takes q, k, v of one shape (B, heads, S, d); got ",
-                   tensor(q).shape, ", ", tensor(k).shape, ", ", tensor(v).shape);
+    const TensorShape& qs = tensor(q).shape;
+    const TensorShape& ks = tensor(k).shape;
+    bool ok = ks == tensor(v).shape && ks.rank() == 4 && (qs.rank() == 4 || qs.rank() == 5);
+    if (ok && qs.rank() == 4) ok = qs == ks;
+    if (ok && qs.rank() == 5) {
+      ok = qs.dims()[0].extent == ks.dims()[0].extent &&
+           qs.dims()[1].extent == ks.dims()[1].extent &&
+           qs.dims()[3].extent == ks.dims()[2].extent && qs.dims()[4].extent == ks.dims()[3].extent;
+    }
+    if (!ok) {
+      detail::fail(
+          "carto: fused_attention takes q, k, v of one shape (B, heads, S, d), or q (B, n, "
+          "g, S, d) with k, v (B, n, S, d); got ",
+          qs, ", ", ks, ", ", tensor(v).shape);
     }
     Op op{.kind = OpKind::fused_attention,
           .probability = probability,
           .factor = factor,
           .masking = masking};
     op.inputs = {q, k, v};
-    return add_op(op, tensor(q).shape, tensor(q).dtype);
+    return add_op(op, qs, tensor(q).dtype);
+  }
+  // x·rstd·γ along `dim`, rstd = 1/sqrt(mean(x²) + eps); gamma has that dim's extent.
+  constexpr TensorId rmsnorm(TensorId x, TensorId gamma, std::size_t dim) {
+    check_dim(x, dim, "rmsnorm");
+    const std::int64_t e = tensor(x).shape.dims()[dim].extent;
+    if (tensor(gamma).shape.rank() != 1 || tensor(gamma).shape.dims()[0].extent != e) {
+      detail::fail("carto: rmsnorm over a dim of extent ", e, " needs gamma of shape (", e,
+                   "); got ", tensor(gamma).shape);
+    }
+    Op op{.kind = OpKind::rmsnorm, .dim = dim};
+    op.inputs = {x, gamma};
+    return add_op(op, tensor(x).shape, tensor(x).dtype);
+  }
+  // silu(gate)·up elementwise (SwiGLU's product), gate and up of one shape.
+  constexpr TensorId silu_mul(TensorId gate, TensorId up) {
+    if (!(tensor(gate).shape == tensor(up).shape)) {
+      detail::fail("carto: silu_mul needs gate and up of one shape; got ", tensor(gate).shape,
+                   " and ", tensor(up).shape);
+    }
+    Op op{.kind = OpKind::silu_mul};
+    op.inputs = {gate, up};
+    return add_op(op, tensor(gate).shape, tensor(gate).dtype);
+  }
+  // Rotary position embedding of x (..., S, d), d even: pairs (2i, 2i+1) of the last dim rotated
+  // by the angle s·θ^(-2i/d) of their position s (the second-to-last dim).
+  constexpr TensorId rotary(TensorId x, double theta) {
+    const TensorShape& s = tensor(x).shape;
+    if (s.rank() < 2 || s.dims()[s.rank() - 1].extent % 2 != 0 || !(theta > 1.0)) {
+      detail::fail("carto: rotary takes x (..., S, d) with d even and theta > 1; got ", s,
+                   " and theta ", theta);
+    }
+    Op op{.kind = OpKind::rotary, .factor = theta};
+    op.inputs = {x};
+    return add_op(op, s, tensor(x).dtype);
   }
 
   // Views: (B, S, parts·H) -> part `part` as (B, heads, S, H/heads). The fused dim is ordered
@@ -340,10 +400,33 @@ class Graph {
     ops_.back().dim = static_cast<std::size_t>(part);
     return out;
   }
-  // (B, heads, S, d) -> (B, S, heads·d) named `name`.
+  // Grouped-query view: (B, S, n·g·d) -> (B, n, g, S, d), n = kv_heads key/value heads with g =
+  // group query heads each. The fused dim is ordered (n, g, j), so a contiguous split of it into t
+  // pieces (t dividing n) gives each piece whole groups: a split of the key/value heads.
+  constexpr TensorId split_groups(TensorId x, std::int64_t kv_heads, std::int64_t group) {
+    const TensorShape& s = tensor(x).shape;
+    if (s.rank() != 3 || kv_heads < 1 || group < 1 ||
+        s.dims()[2].extent % (kv_heads * group) != 0) {
+      detail::fail("carto: split_groups of ", s, " into ", kv_heads, " groups of ", group,
+                   " heads: needs (B, S, F) with F divisible by kv_heads*group");
+    }
+    const std::int64_t d = s.dims()[2].extent / (kv_heads * group);
+    return view_op(
+        x, ViewKind::split_groups,
+        {s.dims()[0], {"kv_heads", kv_heads}, {"group", group}, s.dims()[1], {"head_dim", d}});
+  }
+  // (B, heads, S, d) -> (B, S, heads·d) named `name`; or (B, n, g, S, d) -> (B, S, n·g·d).
   constexpr TensorId merge_heads(TensorId x, DimName name) {
     const TensorShape& s = tensor(x).shape;
-    if (s.rank() != 4) detail::fail("carto: merge_heads takes (B, heads, S, d); got ", s);
+    if (s.rank() == 5) {
+      return view_op(x, ViewKind::merge_heads,
+                     {s.dims()[0],
+                      s.dims()[3],
+                      {name, s.dims()[1].extent * s.dims()[2].extent * s.dims()[4].extent}});
+    }
+    if (s.rank() != 4) {
+      detail::fail("carto: merge_heads takes (B, heads, S, d) or (B, n, g, S, d); got ", s);
+    }
     return view_op(x, ViewKind::merge_heads,
                    {s.dims()[0], s.dims()[2], {name, s.dims()[1].extent * s.dims()[3].extent}});
   }

@@ -21,6 +21,12 @@
 //    alike): K and V are all-gathered over A inside the op (forward, and again in backward) and dK,
 //    dV are reduce-scattered back; FLOPs count local queries against all S keys, and the backward
 //    workspace holds the gathered K, V and the full-length dK, dV.
+// Llama-family ops: rmsnorm follows layernorm's rules with one parameter (gamma) and its
+// distributed_statistics variant all-reduces one fp32 partial sum per row (Σx²) in forward and one
+// (Σ dy·γ·x̂) in backward; silu_mul (silu(gate)·up) needs non-Partial inputs (it is nonlinear) of
+// one spec, the output's; rotary needs a non-Partial input, output alike, with the last (head) dim
+// unsplit, so that no rotation pair is cut. Grouped-query fused attention (q rank 5: (B, n, g, S,
+// d)) takes k and v split like q without its group dim.
 // The collectives themselves are described beside the cost model (carto/search/strategy.hpp).
 //
 // FLOPs: einsum 2·Π(letters) forward, and the same again for the gradient of each operand (input
@@ -30,11 +36,15 @@
 // `matmul` (what Narayanan et al. 2021 Eq. 3 counts). Non-matmul FLOPs are conventions for a
 // roofline, per output element: add 1 (backward 0), bias 1 (weight grad 1), scale 1 (1), dropout 2
 // (2), gelu 8 (16), softmax 5 (4), layernorm 8 (input grad 12, weight grads 3), softmax
-// cross-entropy 5 per logit (2), gather 0 (scatter-add 1 per output element), views 0.
+// cross-entropy 5 per logit (2), gather 0 (scatter-add 1 per output element), views 0, rmsnorm 4
+// (input grad 8, gamma grad 2), silu_mul 5 (10: silu and its derivative recomputed), rotary 3 (3).
+// Fused attention's S and d are q's last-but-one and last dims (rank 4 or 5).
 //
 // Memory: saved_bytes is what the op keeps for backward: the activation tensors it saves (never
 // parameters, which are live anyway) plus private state that is no graph tensor: dropout masks (1
 // byte per element), layernorm mean and rstd (fp32, 2 per row; LayerNormStats::ignored drops them),
+// rmsnorm rstd (fp32, 1 per row, dropped alike; its backward workspace is 1 fp32 per row), silu_mul
+// saves gate and up, rotary saves nothing (its backward is the inverse rotation of dY),
 // fused attention's logsumexp (fp32, one per row), and cross-entropy's fp32 softmax of the logits
 // (Megatron computes the loss on logits.float()). temp_bytes is workspace inside backward (fp32 row
 // sums of softmax: 1 per row, of layernorm: 2 per row).
@@ -83,6 +93,8 @@ constexpr StaticVector<TensorId, 4> saved_tensors(const Graph& g, const Op& op) 
     case OpKind::gelu: save(op.inputs[0]); break;
     case OpKind::softmax: save(op.output); break;
     case OpKind::layernorm: save(op.inputs[0]); break;
+    case OpKind::rmsnorm: save(op.inputs[0]); break;
+    case OpKind::silu_mul: save(op.inputs[0]), save(op.inputs[1]); break;
     case OpKind::gather: save(op.inputs[1]); break;
     case OpKind::softmax_cross_entropy: save(op.inputs[1]); break;
     case OpKind::fused_attention:
@@ -92,6 +104,7 @@ constexpr StaticVector<TensorId, 4> saved_tensors(const Graph& g, const Op& op) 
     case OpKind::scale:
     case OpKind::add:
     case OpKind::bias:
+    case OpKind::rotary:
     case OpKind::view: break;
   }
   return out;
@@ -148,17 +161,19 @@ constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes
       break;
     }
     case OpKind::fused_attention: {
-      const TensorShape& q = shapes.inputs[0];  // (B, heads, S, d)
-      const std::int64_t s = shapes.kv_seq > 0 ? shapes.kv_seq : q.dims()[2].extent;
+      const TensorShape& q = shapes.inputs[0];  // (B, heads, S, d) or (B, n, g, S, d)
+      const TensorShape& k = shapes.inputs[1];  // (B, heads or n, S, d)
+      const std::size_t r = q.rank();
+      const std::int64_t s = shapes.kv_seq > 0 ? shapes.kv_seq : q.dims()[r - 2].extent;
       const std::int64_t unit = q.numel() * s;  // B·a·S_q·S_kv·d
       c.flops_forward = 4 * unit;
       c.flops_backward_input = 10 * unit;
       c.matmul = true;
-      c.private_saved_bytes = rows_of(q, 3) * 4;  // logsumexp, fp32
+      c.private_saved_bytes = rows_of(q, r - 1) * 4;  // logsumexp, fp32
       if (shapes.kv_seq > 0) {
         // Gathered K and V, then full-length dK and dV before their reduce-scatter.
         const std::int64_t gathered =
-            q.numel() / q.dims()[2].extent * s * element_bytes(g.tensor(op.inputs[1]));
+            k.numel() / k.dims()[2].extent * s * element_bytes(g.tensor(op.inputs[1]));
         c.temp_bytes = 4 * gathered;
       }
       break;
@@ -187,6 +202,15 @@ constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes
         c.private_saved_bytes = 2 * rows_of(shapes.output, op.dim) * 4;
       c.temp_bytes = 2 * rows_of(shapes.output, op.dim) * 4;
       break;
+    case OpKind::rmsnorm:
+      c.flops_forward = 4 * n, c.flops_backward_input = 8 * n;
+      grad_flops(1, 2 * n);
+      if (stats == LayerNormStats::counted)
+        c.private_saved_bytes = rows_of(shapes.output, op.dim) * 4;
+      c.temp_bytes = rows_of(shapes.output, op.dim) * 4;
+      break;
+    case OpKind::silu_mul: c.flops_forward = 5 * n, c.flops_backward_input = 10 * n; break;
+    case OpKind::rotary: c.flops_forward = 3 * n, c.flops_backward_input = 3 * n; break;
     case OpKind::gather: grad_flops(0, n); break;
     case OpKind::softmax_cross_entropy: {
       const std::int64_t logits = shapes.inputs[0].numel();
@@ -329,6 +353,18 @@ constexpr ShardingSpec einsum_output_spec_of(const Graph& g, const Op& op, const
   return out;
 }
 
+// The spec of fused attention's k and v for q's (and the output's) spec: the same for rank 4;
+// without the group dim (dim 2) for grouped-query q (B, n, g, S, d).
+constexpr ShardingSpec attention_kv_spec(const ShardingSpec& q) {
+  if (q.rank() != 5) return q;
+  ShardingSpec kv;
+  for (std::size_t d = 0; d < 5; ++d) {
+    if (d != 2) kv.add_dim(q.dims()[d]);
+  }
+  for (const AxisName& a : q.partial()) kv.add_partial(a);
+  return kv;
+}
+
 // Checks the op's rules for this strategy (see the design note).
 constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
                               const DeviceMesh& mesh) {
@@ -338,8 +374,8 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
   const ShardingSpec& out = s.output;
   auto in = [&](std::size_t i) -> const ShardingSpec& { return s.inputs[i]; };
   fail_if(s.variant != OpVariant::plain && op.kind != OpKind::layernorm &&
-              op.kind != OpKind::fused_attention,
-          "variants other than plain apply to layernorm and fused attention only");
+              op.kind != OpKind::rmsnorm && op.kind != OpKind::fused_attention,
+          "variants other than plain apply to rmsnorm, layernorm and fused attention only");
   switch (op.kind) {
     case OpKind::einsum: {
       const ShardingSpec expected = einsum_output_spec_of(g, op, s, mesh);
@@ -352,6 +388,17 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
     case OpKind::dropout:
       fail_if(in(0).is_partial(), "a nonlinear op needs a non-Partial input; reduce it first");
       fail_if(!(in(0) == out), "the output spec must equal the input spec");
+      break;
+    case OpKind::silu_mul:
+      fail_if(in(0).is_partial() || in(1).is_partial(),
+              "silu_mul is nonlinear in gate; it needs non-Partial inputs, reduce them first");
+      fail_if(!(in(0) == out) || !(in(1) == out), "gate, up and the output need one spec");
+      break;
+    case OpKind::rotary:
+      fail_if(in(0).is_partial(), "rotary needs a non-Partial input; reduce it first");
+      fail_if(!(in(0) == out), "the output spec must equal the input spec");
+      fail_if(!out.dims()[out.rank() - 1].empty(),
+              "rotary keeps the head dim unsplit (a split could cut a rotation pair)");
       break;
     case OpKind::scale:
       fail_if(!(in(0) == out), "the output spec must equal the input spec");
@@ -371,25 +418,26 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
       break;
     }
     case OpKind::softmax:
+    case OpKind::rmsnorm:
     case OpKind::layernorm: {
       fail_if(in(0).is_partial(), "a reduction needs a non-Partial input; reduce it first");
       fail_if(!(in(0) == out), "the output spec must equal the input spec");
       const bool distributed = s.variant == OpVariant::distributed_statistics;
       fail_if(s.variant == OpVariant::gathered_kv || (distributed && op.kind == OpKind::softmax),
-              "this variant does not apply to the op (softmax: plain; layernorm: plain or "
-              "distributed_statistics)");
+              "this variant does not apply to the op (softmax: plain; layernorm and rmsnorm: "
+              "plain or distributed_statistics)");
       if (!distributed) {
         fail_if(!in(0).dims()[op.dim].empty(),
-                op.kind == OpKind::layernorm
+                op.kind != OpKind::softmax
                     ? "the reduced dim is split; keep it unsplit (R) on that dim, or use "
                       "OpVariant::distributed_statistics (statistics all-reduce)"
                     : "the reduced dim is split; keep it unsplit (R) on that dim");
       }
-      if (op.kind == OpKind::layernorm) {
+      if (op.kind != OpKind::softmax) {
         const AxisList& split = in(0).dims()[op.dim];
         fail_if(distributed && split.empty(),
                 "distributed_statistics needs the normalized dim split; use OpVariant::plain");
-        for (std::size_t p = 1; p < 3; ++p) {
+        for (std::size_t p = 1; p < op.inputs.size(); ++p) {
           fail_if(in(p).is_partial() || !(in(p).dims()[0] == split),
                   distributed
                       ? "gamma and beta must be split over the axes of the normalized dim"
@@ -424,23 +472,28 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
               "the scalar loss is Partial over exactly the axes that split the tokens");
       break;
     }
-    case OpKind::fused_attention:
-      for (std::size_t i = 0; i < 3; ++i) {
-        fail_if(in(i).is_partial() || !(in(i) == out),
-                "q, k, v and the output need one non-Partial spec");
+    case OpKind::fused_attention: {
+      const std::size_t r = out.rank();
+      fail_if(in(0).is_partial() || !(in(0) == out), "q and the output need one non-Partial spec");
+      const ShardingSpec kv = attention_kv_spec(out);
+      for (std::size_t i = 1; i < 3; ++i) {
+        fail_if(in(i).is_partial() || !(in(i) == kv),
+                r == 5 ? "k and v need q's spec without its group dim"
+                       : "q, k, v and the output need one non-Partial spec");
       }
       fail_if(s.variant == OpVariant::distributed_statistics,
               "variant distributed_statistics does not apply to fused attention");
-      fail_if(!out.dims()[3].empty(), "fused attention keeps head_dim unsplit");
+      fail_if(!out.dims()[r - 1].empty(), "fused attention keeps head_dim unsplit");
       if (s.variant == OpVariant::plain) {
-        fail_if(!out.dims()[2].empty(),
+        fail_if(!out.dims()[r - 2].empty(),
                 "fused attention keeps the sequence unsplit; split batch or heads, or use "
                 "OpVariant::gathered_kv (K and V all-gathered over the sequence axes)");
       } else {
-        fail_if(out.dims()[2].empty(),
+        fail_if(out.dims()[r - 2].empty(),
                 "gathered_kv needs the sequence split; use OpVariant::plain");
       }
       break;
+    }
     case OpKind::view: {
       const std::int64_t fi = num_distinct_slices(in(0), mesh);
       const std::int64_t fo = num_distinct_slices(out, mesh);
@@ -487,7 +540,7 @@ constexpr OpCost op_cost(const Graph& g, OpId o, const OpSharding& sharding, con
   shapes.output = local_shape(os, sharding.output, mesh);
   detail::check_strategy(g, op, sharding, mesh);
   if (op.kind == OpKind::fused_attention && sharding.variant == OpVariant::gathered_kv) {
-    shapes.kv_seq = g.tensor(op.inputs[1]).shape.dims()[2].extent;
+    shapes.kv_seq = g.tensor(op.inputs[1]).shape.dims()[2].extent;  // k (B, heads, S, d)
   }
   return detail::op_cost_on(g, op, shapes, stats, masks);
 }

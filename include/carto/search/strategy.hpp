@@ -41,11 +41,22 @@
 //    fp32 per token (the target logit and Σ exp), as Megatron-LM does
 //    (megatron/core/tensor_parallel/cross_entropy.py; the two SUMs concatenated in
 //    megatron/core/fusions/fused_cross_entropy.py).
+//  - rmsnorm: as layernorm (plain with the normalized dim unsplit and gamma replicated, then
+//    distributed_statistics with gamma split like the normalized dim), the statistics all-reduce
+//    one fp32 per row (Σx² forward, Σ dy·γ·x̂ backward) over each splitting axis.
+//  - silu_mul (SwiGLU's silu(gate)·up): every non-Partial spec, gate, up and output alike (add's
+//    rule without Partial, as silu is nonlinear). rotary: every non-Partial spec with the last
+//    (head) dim unsplit, output alike.
+//  - grouped-query fused attention (q (B, n, g, S, d)): q's specs as above, k and v split like q
+//    without the group dim; a split of g leaves k, v replicated over its axes and makes their
+//    gradients Partial over them.
 //  - views: every input spec (Partial included) with the output spec the view implies; input specs
 //    the view cannot carry without moving data are skipped. split_heads maps a split of the fused
 //    (parts·H) dim to a heads split (it needs the heads divisible by the split: the projection's
 //    columns are ordered per head group, as Megatron-LM lays out its fused QKV weight); merge_heads
-//    maps a heads split to the hidden dim (head_dim must be unsplit); transpose swaps the last two.
+//    maps a heads split to the hidden dim (head_dim must be unsplit; of a grouped (B, n, g, S, d)
+//    tensor the group dim too); split_groups maps a split of (n·g·d) to the key/value heads n (n
+//    divisible by the split); transpose swaps the last two.
 //
 // Gradient specs (DESIGN.md §3: backward follows the einsum rule). The gradient an input receives
 // is split like the input and Partial over the mesh axes that split letters the input does not
@@ -288,6 +299,7 @@ inline StaticVector<ShardingSpec, 3> gradient_specs(const Graph& g, const Op& op
       add_partial_over(grads[1], axes_of_dims(s.inputs[0], 0, lead));
       break;
     }
+    case OpKind::rmsnorm:
     case OpKind::layernorm: {
       AxisList rows;
       for (std::size_t d = 0; d < s.inputs[0].rank(); ++d) {
@@ -295,9 +307,15 @@ inline StaticVector<ShardingSpec, 3> gradient_specs(const Graph& g, const Op& op
         for (const AxisName& a : s.inputs[0].dims()[d]) rows.push_back(a);
       }
       add_partial_over(grads[1], rows);
-      add_partial_over(grads[2], rows);
+      if (op.kind == OpKind::layernorm) add_partial_over(grads[2], rows);
       break;
     }
+    case OpKind::fused_attention:
+      if (s.inputs[0].rank() == 5) {  // k, v serve every split of the group dim
+        add_partial_over(grads[1], s.inputs[0].dims()[2]);
+        add_partial_over(grads[2], s.inputs[0].dims()[2]);
+      }
+      break;
     case OpKind::gather:
       add_partial_over(grads[0], axes_of_dims(s.inputs[1], 0, s.inputs[1].rank()));
       break;
@@ -334,8 +352,11 @@ inline StrategyKind kind_of(const Op& op, OpVariant variant) {
     case OpKind::dropout:
     case OpKind::scale:
     case OpKind::add:
-    case OpKind::bias: return StrategyKind::elementwise;
+    case OpKind::bias:
+    case OpKind::silu_mul:
+    case OpKind::rotary: return StrategyKind::elementwise;
     case OpKind::softmax: return StrategyKind::reduction;
+    case OpKind::rmsnorm:
     case OpKind::layernorm:
       return variant == OpVariant::distributed_statistics ? StrategyKind::distributed_layernorm
                                                           : StrategyKind::reduction;
@@ -366,12 +387,13 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
     return local_shape(g.tensor(t).shape, spec, mesh).numel() * element_bytes(g.tensor(t));
   };
   switch (op.kind) {
+    case OpKind::rmsnorm:
     case OpKind::layernorm:
       if (sharding.variant == OpVariant::distributed_statistics) {
         const TensorShape local =
             local_shape(g.tensor(op.inputs[0]).shape, sharding.inputs[0], mesh);
-        const std::int64_t stats =
-            local.numel() / local.dims()[op.dim].extent * 2 * 4;  // 2 fp32 per row
+        const std::int64_t per_row = op.kind == OpKind::layernorm ? 2 : 1;  // fp32 sums per row
+        const std::int64_t stats = local.numel() / local.dims()[op.dim].extent * per_row * 4;
         for (const AxisName& a : sharding.inputs[0].dims()[op.dim]) {
           st.forward.push_back({.kind = Collective::all_reduce, .axis = a, .bytes = stats});
           st.backward.push_back({.kind = Collective::all_reduce, .axis = a, .bytes = stats});
@@ -380,7 +402,7 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
       break;
     case OpKind::fused_attention:
       if (sharding.variant == OpVariant::gathered_kv) {
-        const AxisList& axes = sharding.inputs[0].dims()[2];
+        const AxisList& axes = sharding.inputs[0].dims()[sharding.inputs[0].rank() - 2];
         for (std::size_t i = 1; i < 3; ++i) {
           const std::int64_t local = local_bytes(op.inputs[i], sharding.inputs[i]);
           detail::push_gathers(st.forward, axes, local, mesh);
@@ -527,10 +549,21 @@ inline std::optional<ShardingSpec> view_output_spec(const Graph& g, const Op& op
       out.add_dim(in.dims()[0]).add_dim(in.dims()[2]).add_dim(in.dims()[1]).add_dim({});
       break;
     }
-    case ViewKind::merge_heads:  // (B, heads, S, d) -> (B, S, heads·d)
+    case ViewKind::merge_heads:  // (B, heads, S, d) -> (B, S, heads·d); or from (B, n, g, S, d)
+      if (in.rank() == 5) {
+        if (!in.dims()[2].empty() || !in.dims()[4].empty()) return std::nullopt;
+        out.add_dim(in.dims()[0]).add_dim(in.dims()[3]).add_dim(in.dims()[1]);
+        break;
+      }
       if (!in.dims()[3].empty()) return std::nullopt;
       out.add_dim(in.dims()[0]).add_dim(in.dims()[2]).add_dim(in.dims()[1]);
       break;
+    case ViewKind::split_groups: {  // (B, S, n·g·d) -> (B, n, g, S, d)
+      const std::int64_t n = out_shape.dims()[1].extent;
+      if (n % split_factor(in.dims()[2], mesh) != 0) return std::nullopt;
+      out.add_dim(in.dims()[0]).add_dim(in.dims()[2]).add_dim({}).add_dim(in.dims()[1]).add_dim({});
+      break;
+    }
     case ViewKind::transpose: {
       const std::size_t r = in.rank();
       for (std::size_t d = 0; d + 2 < r; ++d) out.add_dim(in.dims()[d]);
@@ -586,6 +619,14 @@ inline std::vector<Strategy> enumerate_strategies(const Graph& g, OpId o, const 
     case OpKind::dropout:
       for (const ShardingSpec& x : plain) add({.inputs = {x}, .output = x});
       break;
+    case OpKind::silu_mul:
+      for (const ShardingSpec& x : plain) add({.inputs = {x, x}, .output = x});
+      break;
+    case OpKind::rotary:
+      for (const ShardingSpec& x : plain) {
+        if (x.dims()[x.rank() - 1].empty()) add({.inputs = {x}, .output = x});
+      }
+      break;
     case OpKind::scale:
     case OpKind::add:
       for (const ShardingSpec& x :
@@ -603,30 +644,35 @@ inline std::vector<Strategy> enumerate_strategies(const Graph& g, OpId o, const 
       }
       break;
     case OpKind::softmax:
+    case OpKind::rmsnorm:
     case OpKind::layernorm: {
       for (const ShardingSpec& x : plain) {
         if (!x.dims()[op.dim].empty()) continue;
         OpSharding s{.inputs = {x}, .output = x};
-        if (op.kind == OpKind::layernorm)
-          s.inputs = {x, ShardingSpec::replicated(1), ShardingSpec::replicated(1)};
+        for (std::size_t i = 1; i < op.inputs.size(); ++i)
+          s.inputs.push_back(ShardingSpec::replicated(1));
         add(s);
       }
-      if (op.kind == OpKind::layernorm) {
+      if (op.kind != OpKind::softmax) {
         for (const ShardingSpec& x : plain) {
           if (x.dims()[op.dim].empty()) continue;
           ShardingSpec p;
           p.add_dim(x.dims()[op.dim]);
-          add({.inputs = {x, p, p}, .output = x, .variant = OpVariant::distributed_statistics});
+          OpSharding s{.inputs = {x}, .output = x, .variant = OpVariant::distributed_statistics};
+          for (std::size_t i = 1; i < op.inputs.size(); ++i) s.inputs.push_back(p);
+          add(s);
         }
       }
       break;
     }
     case OpKind::fused_attention:
       for (const ShardingSpec& x : plain) {
-        if (!x.dims()[3].empty()) continue;
-        add({.inputs = {x, x, x},
+        const std::size_t r = x.rank();
+        if (!x.dims()[r - 1].empty()) continue;
+        const ShardingSpec kv = detail::attention_kv_spec(x);
+        add({.inputs = {x, kv, kv},
              .output = x,
-             .variant = x.dims()[2].empty() ? OpVariant::plain : OpVariant::gathered_kv});
+             .variant = x.dims()[r - 2].empty() ? OpVariant::plain : OpVariant::gathered_kv});
       }
       break;
     case OpKind::gather:

@@ -220,6 +220,10 @@ inline void Executor::run_backward(std::size_t k) {
       break;
     }
     case OpKind::view: view_copy(op, dY, DX(0), CopyMode::accumulate, true); break;
+    case OpKind::rmsnorm:
+    case OpKind::silu_mul:
+    case OpKind::rotary:
+      detail::fail("carto: the executor does not run ", to_string_view(op.kind), " yet");
   }
   x = {};
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {

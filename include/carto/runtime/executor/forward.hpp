@@ -146,6 +146,10 @@ inline void Executor::run_forward(std::size_t k, bool keep) {
       break;
     case OpKind::fused_attention: attention_forward(k, X(0), X(1), X(2), Y, sv); break;
     case OpKind::view: view_copy(op, X(0), Y, CopyMode::assign, false); break;
+    case OpKind::rmsnorm:
+    case OpKind::silu_mul:
+    case OpKind::rotary:
+      detail::fail("carto: the executor does not run ", to_string_view(op.kind), " yet");
   }
   act_[out.index()] = y;
   if (keep && is_saved(out)) sv.output = y;

@@ -41,6 +41,17 @@ inline void Executor::validate() {
   CARTO_CHECK(comms_.mesh() == mesh_, "the plan's mesh ", mesh_,
               " differs from the communicators' mesh ", comms_.mesh());
   for (const Op& op : g_.ops()) {
+    const bool llama_op = op.kind == OpKind::rmsnorm || op.kind == OpKind::silu_mul ||
+                          op.kind == OpKind::rotary ||
+                          (op.kind == OpKind::view && op.view == ViewKind::split_groups) ||
+                          g_.tensor(op.inputs[0]).shape.rank() == 5;
+    CARTO_CHECK(!llama_op, "the executor does not run ", to_string_view(op.kind),
+                op.kind == OpKind::view || op.kind == OpKind::einsum ||
+                        op.kind == OpKind::fused_attention || op.kind == OpKind::softmax ||
+                        op.kind == OpKind::scale
+                    ? " of grouped-query (B, n, g, S, d) tensors"
+                    : "",
+                " yet");
     if ((op.kind == OpKind::softmax || op.kind == OpKind::layernorm) &&
         op.dim + 1 != g_.tensor(op.inputs[0]).shape.rank()) {
       detail::fail("carto: the executor runs ", to_string_view(op.kind),
@@ -186,6 +197,7 @@ inline void Executor::view_copy(const Op& op, ConstTensorView x, TensorView y, C
       }
       return;
     }
+    case ViewKind::split_groups: detail::fail("carto: the executor does not run split_groups yet");
     case ViewKind::transpose: {
       // out = in with the last two dims swapped: walk out's index space, read in transposed.
       in_box = box_of(

@@ -1,0 +1,255 @@
+// carto-plan's HTML plan report: the page of a tiny GPT's plan is well-formed XML (checked by
+// support/xml_check.hpp, itself tested on broken inputs), holds every section and one layout row
+// per op group (the two identical blocks folded into one with a count), and its figures agree with
+// the plan's own predictions (evaluate_point's persistent and kept bytes, the time breakdown);
+// `carto-plan report` and `plan --report` write the same kind of page from the command line.
+#include <unistd.h>
+
+#include <carto/cost.hpp>
+#include <carto/layers.hpp>
+#include <carto/search.hpp>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "html.hpp"
+#include "report.hpp"
+#include "support/carto_plan_run.hpp"
+#include "support/xml_check.hpp"
+
+using namespace carto;
+using carto::testing::xml_problem;
+
+namespace {
+
+const GptConfig kTiny{
+    .name = "tiny", .layers = 2, .hidden = 32, .heads = 4, .vocab = 64, .seq = 16};
+constexpr std::int64_t kBatch = 4;
+const std::string kTinyFlags = "--layers 2 --hidden 32 --heads 4 --vocab 64 --seq 16 --batch 4";
+
+Graph tiny_graph(std::int64_t micro_batch) { return build_gpt(kTiny, {.batch = micro_batch}); }
+
+HardwareProfile tiny_hardware() {
+  HardwareProfile hw = find_hardware_profile("h100");
+  hw.links.front().devices = 2;
+  return hardware_for_devices(hw, 4);
+}
+
+Plan tiny_plan(std::vector<int> zero_stages) {
+  SearchOptions options;
+  options.micro_batches = {1, 2};
+  options.zero_stages = std::move(zero_stages);
+  options.time_bounds = false;  // the whole frontier
+  return search(tiny_graph, "tiny", kBatch, 4, tiny_hardware(), options);
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t i = text.find(what); i != std::string::npos; i = text.find(what, i + 1)) ++n;
+  return n;
+}
+
+// The page as one XML document (the HTML5 doctype line is not XML).
+std::string without_doctype(const std::string& page) {
+  const std::string doctype = "<!DOCTYPE html>";
+  REQUIRE(page.rfind(doctype, 0) == 0);
+  return page.substr(doctype.size());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string temp_dir() {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("carto_report_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+}  // namespace
+
+TEST_CASE("the XML checker finds what makes a document ill-formed", "[tools][report]") {
+  REQUIRE_FALSE(
+      xml_problem("<svg a=\"1\" b='2'><g><text>x &amp; y &#39; &#x41;</text></g><rect/></svg>"));
+  REQUIRE(xml_problem("<svg><g></svg>"));                  // unbalanced
+  REQUIRE(xml_problem("<svg><g></g>"));                    // never closed
+  REQUIRE(xml_problem("<svg a=1></svg>"));                 // unquoted attribute
+  REQUIRE(xml_problem("<svg a=\"1\" a=\"2\"></svg>"));     // attribute twice
+  REQUIRE(xml_problem("<svg a=\"x<y\"></svg>"));           // '<' in a value
+  REQUIRE(xml_problem("<svg><text>a & b</text></svg>"));   // raw '&'
+  REQUIRE(xml_problem("<svg><text>&nbsp;</text></svg>"));  // not an XML entity
+  REQUIRE(xml_problem("<svg></svg><svg></svg>"));          // two roots
+  REQUIRE(xml_problem("<svg a=\"1\"b=\"2\"></svg>"));      // no space between attributes
+}
+
+TEST_CASE("html::escape makes any text safe in XML text and attribute values", "[tools][report]") {
+  REQUIRE(tools::html::escape("a<b & \"c\" 'd'>") == "a&lt;b &amp; &quot;c&quot; &#39;d&#39;&gt;");
+  const std::string wrapped =
+      "<t v=\"" + tools::html::escape("<&\"'>") + "\">" + tools::html::escape("x<y&z") + "</t>";
+  REQUIRE_FALSE(xml_problem(wrapped));
+}
+
+TEST_CASE("the report of a tiny GPT's plan", "[tools][report]") {
+  const Plan plan = tiny_plan({0, 1, 2, 3});
+  const Plan other = tiny_plan({3});
+  const Graph g = tiny_graph(kBatch / plan.micro_batches);
+  tools::ReportInput input;
+  input.plan = &plan;
+  input.graph = &g;
+  input.hardware = tiny_hardware();
+  input.memory_budget = 1 << 20;
+  input.global_batch = kBatch;
+  input.model_description = "tiny: 2 layers";
+  input.compare = &other;
+  input.compare_label = "zero3-plan.json";
+  const std::string page = tools::render_report(input);
+
+  SECTION("well-formed: the page and every SVG part") {
+    const auto problem = xml_problem(without_doctype(page));
+    INFO(problem.value_or(""));
+    REQUIRE_FALSE(problem);
+    const auto parts = testing::svg_parts(page);
+    REQUIRE(parts.size() > 10);
+    for (std::string_view svg : parts) {
+      const auto p = xml_problem(svg);
+      INFO(std::string(svg.substr(0, 200)) << " : " << p.value_or(""));
+      REQUIRE_FALSE(p);
+    }
+    REQUIRE(page.find("<script src") == std::string::npos);
+    REQUIRE(page.find("http://") == page.find("http://www.w3.org"));  // namespaces only
+    REQUIRE(page.find("https://") == std::string::npos);
+  }
+
+  SECTION("every section, the settings") {
+    for (const char* id : {"settings", "layout", "memory", "time", "frontier"})
+      REQUIRE(page.find(std::string("<section id=\"") + id + "\">") != std::string::npos);
+    REQUIRE(page.find("tiny: 2 layers") != std::string::npos);
+    REQUIRE(page.find("memory resolution ε = " + tools::html::num(plan.tolerance)) !=
+            std::string::npos);
+    REQUIRE(page.find("1.00 MiB per device") != std::string::npos);  // the budget
+  }
+
+  SECTION("one layout row per op group; the identical blocks fold into one") {
+    std::size_t blocks = 0, block_ops = 0;
+    for (const OpGroup& grp : g.groups()) {
+      if (grp.kind != GroupKind::transformer_block) continue;
+      ++blocks;
+      block_ops = static_cast<std::size_t>(grp.end_op - grp.first_op);
+    }
+    REQUIRE(blocks == 2);
+    // Block 1 chose what block 0 chose (the standard space shares one layout between them).
+    const OpGroup& b0 = g.groups()[1];
+    const OpGroup& b1 = g.groups()[2];
+    REQUIRE(b0.kind == GroupKind::transformer_block);
+    for (std::int32_t i = 0; i < b0.end_op - b0.first_op; ++i)
+      REQUIRE(plan.ops[static_cast<std::size_t>(b0.first_op + i)].strategy ==
+              plan.ops[static_cast<std::size_t>(b1.first_op + i)].strategy);
+    const std::size_t rows = g.num_ops() - block_ops;
+    REQUIRE(count(page, "<tr class=\"op-row\">") == rows);
+    REQUIRE(count(page, "<span class=\"count\">×2</span>") == block_ops);
+    REQUIRE(page.find("block.0-1.") != std::string::npos);
+    // Each row draws its inputs and its output.
+    std::size_t tensors = 0;
+    for (std::size_t k = 0; k < g.num_ops(); ++k) {
+      const std::int32_t gi = g.ops()[k].group;
+      if (gi >= 0 && g.groups()[static_cast<std::size_t>(gi)].first_op == b1.first_op) continue;
+      tensors += g.ops()[k].inputs.size() + 1;
+    }
+    REQUIRE(count(page, "class=\"tensor\"") == tensors);
+  }
+
+  SECTION("the figures agree with the plan's predictions") {
+    const tools::ReportData data = tools::build_report_data(input);
+    REQUIRE(data.cost_peak == plan.peak_memory_bytes);
+    REQUIRE(data.parameter_bytes + data.gradient_bytes + data.optimizer_bytes ==
+            plan.memory_breakdown.at("persistent_states"));
+    // Two points per op and one per recomputed op; the last forward op holds every kept
+    // activation (the loss is never checkpointed).
+    std::size_t recomputed = 0;
+    for (const PlanOp& op : plan.ops) recomputed += op.checkpointed ? 1 : 0;
+    REQUIRE(data.memory.size() == 2 * g.num_ops() + recomputed);
+    REQUIRE_FALSE(plan.ops.back().checkpointed);
+    REQUIRE(data.memory[g.num_ops() - 1].activations ==
+            plan.memory_breakdown.at("kept_activations"));
+    REQUIRE(data.memory.back().activations >= 0);
+    REQUIRE(data.timeline_peak <= data.cost_peak);
+    REQUIRE(data.timeline_peak >= plan.memory_breakdown.at("persistent_states") +
+                                      plan.memory_breakdown.at("kept_activations"));
+    double compute = 0;
+    for (const tools::GroupRun& r : data.runs) {
+      const auto it = r.time.find("compute");
+      if (it != r.time.end()) compute += it->second * static_cast<double>(r.count);
+    }
+    REQUIRE(compute == Approx(plan.time_breakdown.at("compute")).epsilon(1e-9));
+  }
+
+  SECTION("the compared plan appears beside it") {
+    REQUIRE(page.find("<th class=\"compare\">zero3-plan.json</th>") != std::string::npos);
+    REQUIRE(count(page, "class=\"chosen\"") == 2);
+    REQUIRE(count(page, "class=\"frontier-point\"") ==
+            plan.frontier.size() + other.frontier.size());
+    REQUIRE(page.find(tools::html::escape(other.frontier.front().mesh)) != std::string::npos);
+  }
+}
+
+TEST_CASE("the report file is written whole or not at all", "[tools][report]") {
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/r.html";
+  tools::html::write_file_atomically(path, "<p>one</p>");
+  tools::html::write_file_atomically(path, "<p>two</p>");
+  REQUIRE(read_file(path) == "<p>two</p>");
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    REQUIRE(e.path().filename() == "r.html");  // no temporary left behind
+  REQUIRE_THROWS_WITH(tools::html::write_file_atomically(dir + "/missing/r.html", "x"),
+                      Catch::Contains(dir + "/missing/r.html"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("carto-plan report and plan --report", "[tools][report][cli]") {
+  const std::string dir = temp_dir();
+  const std::string plan_path = dir + "/tiny.json";
+  const std::string other_path = dir + "/zero3.json";
+  auto run = [](const std::string& args) { return carto::testing::run_carto_plan(args); };
+  const std::string plan_flags =
+      "plan " + kTinyFlags + " --devices 4 --gpus-per-node 2 --memory 1MiB";
+  auto r = run(plan_flags + " --out " + plan_path + " --report " + dir + "/direct.html");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  r = run(plan_flags + " --zero 3 --out " + other_path);
+  REQUIRE(r.code == 0);
+  r = run("report " + plan_path + " -o " + dir + "/tiny.html " + kTinyFlags +
+          " --gpus-per-node 2 --memory 1MiB --compare " + other_path);
+  REQUIRE(r.code == 0);
+  for (const char* name : {"/direct.html", "/tiny.html"}) {
+    const std::string page = read_file(dir + name);
+    INFO(name);
+    REQUIRE_FALSE(xml_problem(without_doctype(page)));
+    REQUIRE(page.find("<section id=\"layout\">") != std::string::npos);
+    REQUIRE(count(page, "<tr class=\"op-row\">") > 10);
+  }
+  REQUIRE(read_file(dir + "/tiny.html").find(other_path) != std::string::npos);
+
+  // Bad input: one line naming what is wrong, exit code 2.
+  r = run("report " + plan_path + " " + kTinyFlags);
+  REQUIRE(r.code == 2);
+  REQUIRE(r.output.find("-o") != std::string::npos);
+  r = run("report " + plan_path + " -o " + dir +
+          "/x.html --layers 2 --hidden 32 --heads 4 "
+          "--vocab 64 --seq 16 --batch 8");
+  REQUIRE(r.code == 2);
+  REQUIRE(r.output.find("fingerprint") != std::string::npos);
+  r = run("report " + plan_path + " -o " + dir + "/no/such/dir/x.html " + kTinyFlags);
+  REQUIRE(r.code == 2);
+  REQUIRE(r.output.find(dir + "/no/such/dir/x.html") != std::string::npos);
+  r = run("report " + dir + "/absent.json -o " + dir + "/x.html " + kTinyFlags);
+  REQUIRE(r.code == 2);
+  REQUIRE(r.output.find("absent.json") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}

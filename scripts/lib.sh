@@ -26,13 +26,20 @@ carto_install_packages() {
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# Configures build/ once (Ninja, RelWithDebInfo) and builds what is asked (default: everything).
+# Configures build/ once (Ninja, Release: what users build) and builds what is asked (default:
+# everything). CARTO_STRICT=1 (scripts/test: developers and CI) makes warnings errors, also in a
+# build/ configured before without it.
 carto_build() {
   local root
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   CARTO_BUILD_DIR="${CARTO_BUILD_DIR:-$root/build}"
+  local strict=()
+  [ "${CARTO_STRICT:-0}" = 1 ] && strict=(-DCARTO_WARNINGS_AS_ERRORS=ON)
   if [ ! -f "$CARTO_BUILD_DIR/CMakeCache.txt" ]; then
-    cmake -S "$root" -B "$CARTO_BUILD_DIR" -G Ninja ${CARTO_CMAKE_ARGS:-}
+    cmake -S "$root" -B "$CARTO_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${strict[@]}" \
+      ${CARTO_CMAKE_ARGS:-}
+  elif [ ${#strict[@]} -gt 0 ]; then
+    cmake -S "$root" -B "$CARTO_BUILD_DIR" "${strict[@]}" >/dev/null
   fi
   cmake --build "$CARTO_BUILD_DIR" --parallel "${CARTO_JOBS:-$(nproc)}" "$@"
 }

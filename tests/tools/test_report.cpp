@@ -253,3 +253,36 @@ TEST_CASE("carto-plan report and plan --report", "[tools][report][cli]") {
   REQUIRE(r.output.find("absent.json") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("the memory timeline of a plan that checkpoints every block", "[tools][report]") {
+  SearchOptions options;
+  options.checkpoint = CheckpointChoice::all;
+  options.zero_stages = {1};
+  const Plan plan = search(tiny_graph, "tiny", kBatch, 4, tiny_hardware(), options);
+  const Graph g = tiny_graph(kBatch / plan.micro_batches);
+  tools::ReportInput input;
+  input.plan = &plan;
+  input.graph = &g;
+  input.hardware = tiny_hardware();
+  input.memory_budget = 1 << 20;
+  input.global_batch = kBatch;
+  const tools::ReportData data = tools::build_report_data(input);
+  std::size_t recomputed = 0;
+  for (const PlanOp& op : plan.ops) recomputed += op.checkpointed ? 1 : 0;
+  REQUIRE(recomputed > 0);
+  // Every checkpointed op runs its forward twice: once in the pass, once before its backward.
+  REQUIRE(data.memory.size() == 2 * g.num_ops() + recomputed);
+  std::size_t recompute_points = 0;
+  for (const tools::MemoryPoint& p : data.memory)
+    recompute_points += p.label.rfind("recompute ", 0) == 0 ? 1 : 0;
+  REQUIRE(recompute_points == recomputed);
+  REQUIRE(data.memory[g.num_ops() - 1].activations == plan.memory_breakdown.at("kept_activations"));
+  REQUIRE(data.timeline_peak <= data.cost_peak);
+  // The pass returns what it kept: the first op's backward holds what its forward held.
+  REQUIRE(data.memory.back().activations == data.memory.front().activations);
+  for (const tools::MemoryPoint& p : data.memory) REQUIRE(p.activations >= 0);
+  const std::string page = tools::render_report(input);
+  REQUIRE_FALSE(xml_problem(without_doctype(page)));
+  REQUIRE(page.find("<span class=\"ckpt\">checkpointed</span>") != std::string::npos);
+  REQUIRE(page.find("recompute") != std::string::npos);
+}

@@ -371,3 +371,34 @@ TEST_CASE("a pruning tolerance keeps the fastest plan; a bad one is an error", "
                         Catch::Contains("the pruning tolerance must be a finite number"));
   }
 }
+
+TEST_CASE("the DP equals its brute force on a tiny Llama block (RMSNorm, rotary GQA, SiLU product)",
+          "[search][dp][llama]") {
+  // One pre-norm block with the Llama ops: rmsnorm, a q projection viewed as (B, n, g, S, d),
+  // rotary, the grouped merge, silu_mul with the norm output, and the residual add.
+  Graph g{};
+  const TensorId in = g.input({{"batch", 4}, {"seq", 2}, {"hidden", 8}}, DType::bf16);
+  g.begin_group("prefix", GroupKind::layer);
+  TensorId x = g.gelu(in);
+  g.end_group();
+  g.begin_group("block.0", GroupKind::transformer_block);
+  const TensorId n = rms_norm(g, x);
+  const TensorId q = linear(g, n, {.out_name = "q", .out_features = 8, .bias = Bias::none});
+  const TensorId r = g.rotary(g.split_groups(q, 2, 2), 10000.0);  // (4, 2, 2, 2, 2)
+  x = g.add(x, g.silu_mul(g.merge_heads(r, "hidden"), n));
+  g.end_group();
+  const HardwareProfile hw = find_hardware_profile("h100");
+  for (const char* mesh_text : {"x=2", "x=4"}) {  // 2x2 exceeds the brute force's plan limit
+    for (const SearchSpace space : {SearchSpace::standard, SearchSpace::full}) {
+      for (const int zero : {0, 3}) {
+        INFO(mesh_text << ", " << to_string_view(space) << " space, ZeRO " << zero);
+        const DeviceMesh mesh = parse_mesh(mesh_text);
+        const DpOptions o{
+            .zero_stage = zero, .checkpoint = CheckpointChoice::search, .space = space};
+        const DpResult dp = dp_frontier(g, mesh, hw, o);
+        REQUIRE(!dp.frontier.empty());
+        require_equal(dp.frontier, brute_force_frontier(g, mesh, hw, o));
+      }
+    }
+  }
+}

@@ -166,6 +166,15 @@ class Executor {
   // The whole reduced gradient of a parameter (after finish_gradients), widened to fp32 from the
   // compute dtype. Collective.
   inline std::vector<float> gradient(TensorId t);
+  // Sets a parameter's value from this rank's local tensor (row-major, the box
+  // device_slice(global shape, stored_spec(t), mesh(), device()) of the global tensor), given in
+  // fp32: the value (rounded to the compute dtype) and, under mixed_bf16, the fp32 master; under
+  // ZeRO 1-3 the rank keeps only its chunk of whichever of them are chunked. Not collective.
+  inline void set_parameter_local(TensorId t, std::span<const float> local_values);
+  // The same from the whole (global, row-major) value: each rank takes its own box.
+  inline void set_parameter(TensorId t, std::span<const float> global_values);
+  // This rank's device index in the mesh.
+  [[nodiscard]] std::int64_t device() const { return device_; }
   // Every parameter tensor of the graph, in tensor-id order.
   [[nodiscard]] inline std::vector<TensorId> parameters() const;
   // The stored spec of a tensor.

@@ -190,6 +190,53 @@ inline std::vector<float> Executor::gradient(TensorId t) {
   return gather_to_host(p.global, p.grad.view(p.local, compute_), p.spec);
 }
 
+inline void Executor::set_parameter_local(TensorId t, std::span<const float> local_values) {
+  Param& p = param_of(t);
+  CARTO_CHECK(static_cast<std::int64_t>(local_values.size()) == p.local.numel(), "parameter ",
+              t.value, ": set_parameter_local takes the local tensor ", p.local, " (",
+              p.local.numel(), " values); got ", local_values.size());
+  Buffer full = buffer(p.local, DType::fp32, MemoryCategory::temporaries);
+  const TensorView init = full.view(p.local, DType::fp32);
+  be_.copy_from_host(local_values.data(), init);
+  const TensorShape chunk{{"chunk", p.chunk}};
+  if (opt_.precision == Precision::mixed_bf16) {
+    if (opt_.zero_stage == 0) {
+      be_.convert(init, p.master.view(p.local, DType::fp32));
+    } else {
+      copy_chunk(init, p, p.master.view(chunk, DType::fp32));
+    }
+  }
+  if (opt_.zero_stage == 3) {
+    copy_chunk(init, p, p.value.view(chunk, compute_));  // rounds to the compute dtype
+  } else {
+    be_.convert(init, p.value.view(p.local, compute_));
+  }
+  be_.synchronize();
+}
+
+inline void Executor::set_parameter(TensorId t, std::span<const float> global_values) {
+  const Param& p = param_of(t);
+  CARTO_CHECK(static_cast<std::int64_t>(global_values.size()) == p.global.numel(), "parameter ",
+              t.value, ": set_parameter takes the whole tensor ", p.global, " (", p.global.numel(),
+              " values); got ", global_values.size());
+  const Slice s = device_slice(p.global, p.spec, mesh_, device_);
+  const std::size_t r = p.global.rank();
+  Index gstride = exec_detail::filled(r, 1);
+  for (std::size_t d = r; d-- > 1;) gstride[d - 1] = gstride[d] * p.global.dims()[d].extent;
+  std::vector<float> local(static_cast<std::size_t>(p.local.numel()));
+  Index idx = exec_detail::filled(r, 0);
+  for (float& v : local) {
+    std::int64_t gi = 0;
+    for (std::size_t d = 0; d < r; ++d) gi += (s.offset[d] + idx[d]) * gstride[d];
+    v = global_values[static_cast<std::size_t>(gi)];
+    for (std::size_t d = r; d-- > 0;) {
+      if (++idx[d] < s.extent[d]) break;
+      idx[d] = 0;
+    }
+  }
+  set_parameter_local(t, local);
+}
+
 inline std::vector<TensorId> Executor::parameters() const {
   std::vector<TensorId> out;
   for (const Param& p : params_) out.push_back(p.id);

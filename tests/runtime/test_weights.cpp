@@ -446,3 +446,38 @@ TEST_CASE("bad checkpoint files give one clear error naming the file and the ten
   CHECK(load_error() == "no error");
   std::remove(path.c_str());
 }
+
+TEST_CASE("Executor::set_parameter sets the value every plan reads back", "[weights]") {
+  // Whole values in, whole values out (Executor::parameter), under sharding, ZeRO 3 chunks and
+  // mixed bf16 (whose parameter() is the fp32 master, so exact).
+  for (const bool mixed : {false, true}) {
+    const Precision prec = mixed ? Precision::mixed_bf16 : Precision::fp32;
+    const Graph g = build_gpt(kModel, {.batch = kBatch, .precision = prec, .dropout = 0.0});
+    const DeviceMesh mesh = parse_mesh("dp=2,tp=2");
+    Plan plan = testing::make_plan(
+        g, mesh,
+        testing::megatron_strategy_indices(g, mesh, kModel.hidden, testing::SequenceParallel::off),
+        3);
+    if (mixed) plan = testing::mixed(plan);
+    std::vector<std::string> problems;
+    std::mutex mutex;
+    run_threads(4, [&](Communicator& world) {
+      cpu::CpuBackend backend;
+      MeshComms comms(world, plan.mesh);
+      Trainer trainer(g, plan, backend, comms, hardware::h100());
+      Executor& ex = trainer.executor();
+      for (TensorId t : ex.parameters()) {
+        std::vector<float> v(static_cast<std::size_t>(g.tensor(t).shape.numel()));
+        for (std::size_t i = 0; i < v.size(); ++i)
+          v[i] = 0.001f * static_cast<float>(i) + 0.5f * static_cast<float>(t.value);
+        ex.set_parameter(t, v);
+        if (ex.parameter(t) != v && world.rank() == 0) {
+          std::lock_guard lock(mutex);
+          problems.push_back("parameter " + std::to_string(t.value));
+        }
+      }
+    });
+    INFO((mixed ? "mixed bf16" : "fp32"));
+    CHECK(problems.empty());
+  }
+}

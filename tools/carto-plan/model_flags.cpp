@@ -23,6 +23,7 @@ GptConfig model_from_flags(const cli::Flags& flags, const std::string& command) 
       std::string names;
       for (const GptConfig& c : model_presets())
         names += (names.empty() ? "" : ", ") + std::string(c.name);
+      for (const LlamaConfig& c : llama_presets()) names += ", " + std::string(c.name);
       throw cli::UsageError(command + ": unknown model '" + *name + "'; the presets are " + names);
     }
     config = *preset;
@@ -46,6 +47,24 @@ GptConfig model_from_flags(const cli::Flags& flags, const std::string& command) 
   if (auto v = flags.positive("ffn-ratio")) config.ffn_ratio = *v;
   if (flags.has("untied-head")) config.tied_lm_head = false;
   if (auto problem = check_config(config)) throw cli::UsageError(command + ": " + *problem);
+  return config;
+}
+
+std::optional<LlamaConfig> llama_from_flags(const cli::Flags& flags, const std::string& command) {
+  const auto name = flags.text("model");
+  if (!name) return std::nullopt;
+  std::optional<LlamaConfig> config = find_llama(*name);
+  if (!config) return std::nullopt;
+  if (auto v = flags.positive("layers")) config->layers = *v;
+  if (auto v = flags.positive("hidden")) config->hidden = *v;
+  if (auto v = flags.positive("heads")) config->heads = *v;
+  if (auto v = flags.positive("vocab")) config->vocab = *v;
+  if (auto v = flags.positive("seq")) config->seq = *v;
+  if (flags.has("ffn-ratio") || flags.has("untied-head")) {
+    throw cli::UsageError(command + ": --ffn-ratio and --untied-head do not apply to " + *name +
+                          " (a Llama preset: SwiGLU width ffn_hidden, untied head)");
+  }
+  if (auto problem = check_config(*config)) throw cli::UsageError(command + ": " + *problem);
   return config;
 }
 

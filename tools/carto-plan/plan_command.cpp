@@ -92,7 +92,16 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
         << flags.help();
     return 0;
   }
-  const GptConfig config = model_from_flags(flags, "plan");
+  // A Llama preset plans build_llama's graph; its sizes fill the GPT fields reports show.
+  const std::optional<LlamaConfig> llama = llama_from_flags(flags, "plan");
+  const GptConfig config = llama ? GptConfig{.name = llama->name,
+                                             .layers = llama->layers,
+                                             .hidden = llama->hidden,
+                                             .heads = llama->heads,
+                                             .vocab = llama->vocab,
+                                             .seq = llama->seq,
+                                             .tied_lm_head = llama->tied_lm_head}
+                                 : model_from_flags(flags, "plan");
   const std::int64_t devices = flags.positive("devices").value_or(0);
   if (devices == 0) throw cli::UsageError("plan: give --devices N");
   const std::string hw_name = flags.text("hardware").value_or("h100");
@@ -186,7 +195,7 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
   auto make_graph = [&](std::int64_t micro_batch) {
     ProfileOptions o = profile;
     o.batch = micro_batch;
-    return build_gpt(config, o);
+    return llama ? build_llama(*llama, o) : build_gpt(config, o);
   };
   const Plan plan = search(make_graph, config.name, batch, devices, hw, options);
 

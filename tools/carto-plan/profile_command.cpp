@@ -71,7 +71,16 @@ int profile_command(const std::vector<std::string>& args, std::ostream& out) {
     return 0;
   }
 
-  const GptConfig config = model_from_flags(flags, "profile");
+  // A Llama preset profiles build_llama's graph; its sizes fill the GPT fields the output shows.
+  const std::optional<LlamaConfig> llama = llama_from_flags(flags, "profile");
+  const GptConfig config = llama ? GptConfig{.name = llama->name,
+                                             .layers = llama->layers,
+                                             .hidden = llama->hidden,
+                                             .heads = llama->heads,
+                                             .vocab = llama->vocab,
+                                             .seq = llama->seq,
+                                             .tied_lm_head = llama->tied_lm_head}
+                                 : model_from_flags(flags, "profile");
 
   ProfileOptions options;
   if (auto v = flags.positive("batch")) options.batch = *v;
@@ -89,7 +98,7 @@ int profile_command(const std::vector<std::string>& args, std::ostream& out) {
     options.layernorm_stats = *v == "ignored" ? LayerNormStats::ignored : LayerNormStats::counted;
   }
 
-  const ModelProfile p = profile_gpt(config, options);
+  const ModelProfile p = llama ? profile_llama(*llama, options) : profile_gpt(config, options);
 
   if (flags.has("json")) {
     Json j;
@@ -99,7 +108,14 @@ int profile_command(const std::vector<std::string>& args, std::ostream& out) {
     j["model"]["heads"] = config.heads;
     j["model"]["vocab"] = config.vocab;
     j["model"]["seq"] = config.seq;
-    j["model"]["ffn_ratio"] = config.ffn_ratio;
+    if (llama) {
+      j["model"]["architecture"] = "llama";
+      j["model"]["kv_heads"] = llama->kv_heads;
+      j["model"]["ffn_hidden"] = llama->ffn_hidden;
+      j["model"]["rope_theta"] = llama->rope_theta;
+    } else {
+      j["model"]["ffn_ratio"] = config.ffn_ratio;
+    }
     j["model"]["tied_lm_head"] = config.tied_lm_head;
     j["options"]["batch"] = options.batch;
     j["options"]["precision"] = to_string_view(options.precision);
@@ -175,6 +191,13 @@ int models_command(const std::vector<std::string>& args, std::ostream& out) {
         << pad(std::to_string(c.hidden), 8) << pad(std::to_string(c.heads), 7)
         << pad(std::to_string(c.vocab), 8) << pad(std::to_string(c.seq), 6)
         << pad(cli::grouped(profile_gpt(c, {}).params), 20) << "\n";
+  }
+  for (const LlamaConfig& c : llama_presets()) {  // grouped-query: heads/kv_heads
+    out << pad(std::string(c.name), 16, true) << pad(std::to_string(c.layers), 8)
+        << pad(std::to_string(c.hidden), 8)
+        << pad(std::to_string(c.heads) + "/" + std::to_string(c.kv_heads), 7)
+        << pad(std::to_string(c.vocab), 8) << pad(std::to_string(c.seq), 6)
+        << pad(cli::grouped(build_llama(c, {}).num_params()), 20) << "\n";
   }
   return 0;
 }

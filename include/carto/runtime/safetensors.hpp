@@ -239,31 +239,33 @@ inline void write(const std::string& path, std::span<const Tensor> tensors, DTyp
   CARTO_CHECK(dtype == DType::fp32 || dtype == DType::bf16, "safetensors file '", path,
               "': tensors are written as fp32 or bf16; got ", to_string_view(dtype));
   const std::uint64_t width = detail::element_bytes(dtype);
-  Json header = Json::object();
+  // The header is written as text: building it as a Json tree trips g++ 12's false
+  // -Wmaybe-uninitialized inside std::vector<Json> at -O3. Names are escaped by Json's dump.
+  std::string text = "{";
+  std::vector<std::string> names;
   std::uint64_t at = 0;
   for (const Tensor& t : tensors) {
     std::int64_t n = 1;
-    Json shape = Json::array();
-    for (std::int64_t e : t.shape) {
-      n *= e;
-      shape.push_back(e);
+    std::string shape = "[";
+    for (std::size_t d = 0; d < t.shape.size(); ++d) {
+      n *= t.shape[d];
+      shape += (d > 0 ? "," : "") + std::to_string(t.shape[d]);
     }
+    shape += "]";
     CARTO_CHECK(static_cast<std::size_t>(n) == t.values.size(), "safetensors file '", path,
                 "': tensor '", t.name, "' of shape ", detail::shape_text(t.shape), " needs ", n,
                 " values; got ", t.values.size());
-    CARTO_CHECK(header.find(t.name) == nullptr, "safetensors file '", path, "': tensor '", t.name,
-                "' is written twice");
-    Json entry = Json::object();
-    entry["dtype"] = dtype == DType::bf16 ? "BF16" : "F32";
-    entry["shape"] = shape;
-    Json offsets = Json::array();
-    offsets.push_back(static_cast<std::int64_t>(at));
+    CARTO_CHECK(std::find(names.begin(), names.end(), t.name) == names.end(), "safetensors file '",
+                path, "': tensor '", t.name, "' is written twice");
+    names.push_back(t.name);
+    const std::uint64_t begin = at;
     at += static_cast<std::uint64_t>(n) * width;
-    offsets.push_back(static_cast<std::int64_t>(at));
-    entry["data_offsets"] = offsets;
-    header[t.name] = entry;
+    text += ::carto::detail::concat(text.size() > 1 ? "," : "", Json(std::string(t.name)).dump(),
+                                    ":{\"dtype\":\"", dtype == DType::bf16 ? "BF16" : "F32",
+                                    "\",\"shape\":", shape, ",\"data_offsets\":[", begin, ",", at,
+                                    "]}");
   }
-  std::string text = header.dump();
+  text += "}";
   while (text.size() % 8 != 0) text += ' ';  // the data section starts 8-byte aligned
   const std::string temp = path + ".tmp";
   {

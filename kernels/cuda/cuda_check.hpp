@@ -22,8 +22,7 @@ std::string describe_cublas(cublasStatus_t status);
 
 }  // namespace carto::cuda
 
-#define CARTO_CUDA_CHECK(call) \
-  CARTO_CHECK_STATUS(call, cudaSuccess, ::carto::cuda::describe_cuda)
+#define CARTO_CUDA_CHECK(call) CARTO_CHECK_STATUS(call, cudaSuccess, ::carto::cuda::describe_cuda)
 #define CARTO_CUBLAS_CHECK(call) \
   CARTO_CHECK_STATUS(call, CUBLAS_STATUS_SUCCESS, ::carto::cuda::describe_cublas)
 // After every <<<...>>> launch.

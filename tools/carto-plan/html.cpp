@@ -40,23 +40,21 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   {
     std::ofstream file(temp, std::ios::binary | std::ios::trunc);
     if (!file.good()) {
-      detail::fail("cannot write the report: cannot create '", temp,
-                   "' (does the directory of '", path, "' exist and is it writable?)");
+      detail::fail("cannot write the report: cannot create '", temp, "' (does the directory of '",
+                   path, "' exist and is it writable?)");
     }
     file.write(text.data(), static_cast<std::streamsize>(text.size()));
     file.flush();
     if (!file.good()) {
       file.close();
       std::remove(temp.c_str());
-      detail::fail("cannot write the report to '", temp,
-                   "' (disk full or no permission?)");
+      detail::fail("cannot write the report to '", temp, "' (disk full or no permission?)");
     }
   }
   if (std::rename(temp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     std::remove(temp.c_str());
-    detail::fail("cannot write the report: renaming '", temp, "' to '", path,
-                 "' failed: ", why);
+    detail::fail("cannot write the report: renaming '", temp, "' to '", path, "' failed: ", why);
   }
 }
 

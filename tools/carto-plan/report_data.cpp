@@ -60,8 +60,7 @@ ReportData build_report_data(const ReportInput& input) {
   const Plan& plan = *input.plan;
   const Graph& g = *input.graph;
   CARTO_CHECK(plan.strategy.size() == g.num_ops() && plan.ops.size() == g.num_ops(),
-              "the plan has ", plan.strategy.size(), " ops; the model has ",
-              g.num_ops());
+              "the plan has ", plan.strategy.size(), " ops; the model has ", g.num_ops());
   const DeviceMesh& mesh = plan.mesh;
   const HardwareProfile& hw = input.hardware;
   DpOptions dp;

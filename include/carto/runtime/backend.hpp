@@ -328,9 +328,8 @@ class Backend {
                 to_string_view(src.dtype()), ") to ", dst.shape, " (", to_string_view(dst.dtype),
                 ") changes the element count");
     const TensorShape flat{{"elements", src.numel()}};
-    copy_strided(reshaped(src, flat), StridedBox{.offset = 0, .strides = {1}},
-                 reshaped(dst, flat), StridedBox{.offset = 0, .strides = {1}}, {src.numel()},
-                 CopyMode::assign);
+    copy_strided(reshaped(src, flat), StridedBox{.offset = 0, .strides = {1}}, reshaped(dst, flat),
+                 StridedBox{.offset = 0, .strides = {1}}, {src.numel()}, CopyMode::assign);
   }
   // The box `from` of src into dst at `to_offset` (extents from.extent).
   void copy_box(ConstTensorView src, const Slice& from, TensorView dst, const Index& to_offset,

@@ -13,8 +13,8 @@
 // against the CPU: different kernels, the same argument.
 //
 // Precision is a field of each case, and plans and references follow it (mixed() for mixed bf16).
-// The cases listed are fp32: mixed-bf16 cases need the u-derived bounds of test_executor.cpp
-// (mixed_bounds, compare_mixed) instead of compare_runs, and join the list once those are shared.
+// Mixed-bf16 runs are held to the bounds derived from bf16's unit roundoff in
+// tests/runtime/mixed_cases.hpp (the CPU's), on its smaller model and linear AdamW.
 //
 // With CARTO_GPU_REPORT set to a file name, each case appends one line to it (scripts/gpu-check
 // prints them): "parity<TAB>name<TAB>ok|FAIL<TAB>detail" and
@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "runtime/executor_cases.hpp"
+#include "runtime/mixed_cases.hpp"
 #include "support/megatron_plan.hpp"
 
 using namespace carto;
@@ -96,32 +97,44 @@ std::string describe(const ParityCase& c) {
          " " + std::string(to_string_view(c.attention)) + " attention";
 }
 
-// One rank's part of training, as executor_cases.hpp's train_rank, on a given backend.
-RunResult train_rank_on(Backend& backend, Communicator& world, const Graph& g, const Plan& plan) {
+// One rank's part of training, as executor_cases.hpp's train_rank, on a given backend (the
+// setup's diagnostics too; its split_workspace is the CPU's and is not used here).
+RunResult train_rank_on(Backend& backend, Communicator& world, const Graph& g, const Plan& plan,
+                        int steps, std::int64_t batch, const TrainSetup& setup) {
   const HardwareProfile hw = hardware::h100();
   RunResult out;
   MeshComms comms(world, plan.mesh);
-  Trainer trainer(g, plan, backend, comms, hw, {.seed = 77});
+  Trainer trainer(g, plan, backend, comms, hw, setup.trainer);
+  if (setup.diagnostics) {
+    for (TensorId t : trainer.executor().parameters())
+      out.initial.push_back(trainer.executor().parameter(t));
+  }
   trainer.memory().reset_peak();  // the set-up's temporaries are not part of a step
-  for (int s = 0; s < kSteps; ++s) {
-    out.losses.push_back(trainer.step(random_batch(kBatch, 1000 + static_cast<std::uint32_t>(s))));
+  for (int s = 0; s < steps; ++s) {
+    out.losses.push_back(
+        trainer.step(random_batch(batch, setup.batch_seed + static_cast<std::uint32_t>(s))));
+  }
+  out.peak_bytes = trainer.memory().peak_bytes();
+  out.at_peak = trainer.memory().at_peak();
+  if (setup.diagnostics && steps > 0) {
+    out.logit_max =
+        logit_max(trainer, g, random_batch(batch / plan.micro_batches, setup.batch_seed + 999));
   }
   for (TensorId t : trainer.executor().parameters())
     out.params.push_back(trainer.executor().parameter(t));
-  out.peak_bytes = trainer.memory().peak_bytes();
-  out.at_peak = trainer.memory().at_peak();
   return out;
 }
 
 // The plan trained on loopback ranks on GPU 0; rank 0's result.
-RunResult train_on_gpu(const Graph& g, const Plan& plan) {
+RunResult train_on_gpu(const Graph& g, const Plan& plan, int steps = kSteps,
+                       std::int64_t batch = kBatch, const TrainSetup& setup = {}) {
   RunResult out;
   std::mutex mutex;
   cuda::run_loopback(static_cast<int>(plan.mesh.num_devices()), 0,
                      [&](cuda::LoopbackWorld& world, int rank) {
                        cuda::CudaBackend backend(0);
                        auto comm = world.communicator(rank, backend.stream());
-                       RunResult r = train_rank_on(backend, *comm, g, plan);
+                       RunResult r = train_rank_on(backend, *comm, g, plan, steps, batch, setup);
                        if (rank == 0) {
                          std::lock_guard lock(mutex);
                          out = std::move(r);
@@ -205,4 +218,44 @@ TEST_CASE("sharded training on loopback meshes equals one GPU, memory as predict
   WARN(table);
   CHECK(failures == 0);
   CHECK(over == 0);
+}
+
+TEST_CASE("mixed bf16 on loopback meshes equals one GPU, and one GPU the CPU, within bf16's bounds",
+          "[cuda][executor][bf16]") {
+  const HardwareProfile hw = hardware::h100();
+  const Graph g = mixed_graph(kMixedBatch);
+  const DeviceMesh one = parse_mesh("1");
+  const Plan single = mixed(make_plan(g, one, replicated_strategies(g, one)));
+  TrainSetup setup = linear_adamw();
+  setup.split_workspace = false;
+  const RunResult ref = train_on_gpu(g, single, kMixedSteps, kMixedBatch, setup);
+  const MixedBounds b = mixed_bounds(g, ref, 2);
+  int failures = 0;
+  auto check = [&](const std::string& name, const RunResult& got, const RunResult& want) {
+    const std::string problems = compare_mixed(got, want, b);
+    failures += problems.empty() ? 0 : 1;
+    if (!problems.empty()) UNSCOPED_INFO(name << ": " << problems);
+    report("parity\t" + name + "\t" + (problems.empty() ? "ok" : "FAIL") + "\t" +
+           describe(got, want, b));
+  };
+  // One GPU against the CPU backend: other kernels, other roundings, the same bounds.
+  RunResult cpu;
+  run_threads(1, [&](Communicator& world) {
+    cpu = train_rank(world, g, single, kMixedSteps, kMixedBatch, setup);
+  });
+  check("mixed_bf16 one GPU vs CPU", ref, cpu);
+  for (const char* mesh : {"tp=2", "dp=2,tp=2"}) {
+    const DeviceMesh m = parse_mesh(mesh);
+    const Plan plan = mixed(
+        make_plan(g, m, megatron_strategy_indices(g, m, kMixed.hidden, SequenceParallel::off)));
+    check(std::string("mixed_bf16 megatron mesh ") + mesh,
+          train_on_gpu(g, plan, kMixedSteps, kMixedBatch, setup), ref);
+  }
+  for (const char* mesh : {"2", "2x2"}) {
+    const Plan plan = plan_for(
+        {.mesh = mesh, .kind = PlanKind::fastest, .precision = Precision::mixed_bf16}, g, hw);
+    check(std::string("mixed_bf16 searched (fastest) mesh ") + mesh,
+          train_on_gpu(g, plan, kMixedSteps, kMixedBatch, setup), ref);
+  }
+  CHECK(failures == 0);
 }

@@ -5,29 +5,16 @@
 #pragma once
 
 #include <carto/runtime/backend.hpp>
+#include <carto/runtime/kernel_checks.hpp>
 #include <cstdint>
 #include <string_view>
 
 namespace carto::cpu::detail {
 
-inline Index extents_of(const TensorShape& shape) {
-  Index out;
-  for (const DimExtent& d : shape.dims()) out.push_back(d.extent);
-  return out;
-}
-
-inline std::int64_t last_extent(std::string_view call, const TensorShape& shape) {
-  CARTO_CHECK(shape.rank() >= 1, call, ": needs a tensor of rank >= 1, got ", shape);
-  return shape.dims()[shape.rank() - 1].extent;
-}
-
-inline void require_numel(std::string_view call, std::string_view what, std::int64_t got,
-                          std::int64_t want) {
-  CARTO_CHECK(got == want, call, ": ", what, " has ", got, " elements; expected ", want);
-}
-
-inline void require_same_shape(std::string_view call, const TensorShape& a, const TensorShape& b) {
-  CARTO_CHECK(extents_of(a) == extents_of(b), call, ": shapes ", a, " and ", b, " differ");
-}
+// The shared checks (carto/runtime/kernel_checks.hpp), under the names the kernels use.
+using kernel_checks::extents_of;
+using kernel_checks::last_extent;
+using kernel_checks::require_numel;
+using kernel_checks::require_same_shape;
 
 }  // namespace carto::cpu::detail

@@ -1,6 +1,7 @@
 // cuda/elementwise.cu — the kernels of elementwise.cuh. Compiled with --fmad=false (see there).
 #include <cuda_runtime.h>
 
+#include <carto/runtime/kernel_checks.hpp>
 #include <cstddef>
 #include <string_view>
 
@@ -12,16 +13,8 @@ namespace {
 
 // ---- checks (the CPU backend's messages) ---------------------------------------------------
 
-void require_numel(std::string_view call, std::string_view what, std::int64_t got,
-                   std::int64_t want) {
-  CARTO_CHECK(got == want, call, ": ", what, " has ", got, " elements; expected ", want);
-}
-
-Index extents_of(const TensorShape& shape) {
-  Index out;
-  for (const DimExtent& d : shape.dims()) out.push_back(d.extent);
-  return out;
-}
+using kernel_checks::extents_of;
+using kernel_checks::require_numel;
 
 // The element count of b after checking that b's dims are the trailing dims of x.
 std::int64_t bias_width(std::string_view call, const TensorShape& x, const TensorShape& b) {

@@ -8,6 +8,7 @@
 // CUDA header is needed here beyond launch.cuh's Elements.
 #pragma once
 
+#include <carto/runtime/kernel_checks.hpp>
 #include <cstdint>
 #include <string_view>
 
@@ -15,25 +16,11 @@
 
 namespace carto::cuda::checks {
 
-inline Index extents_of(const TensorShape& shape) {
-  Index out;
-  for (const DimExtent& d : shape.dims()) out.push_back(d.extent);
-  return out;
-}
-
-inline std::int64_t last_extent(std::string_view call, const TensorShape& shape) {
-  CARTO_CHECK(shape.rank() >= 1, call, ": needs a tensor of rank >= 1, got ", shape);
-  return shape.dims()[shape.rank() - 1].extent;
-}
-
-inline void require_numel(std::string_view call, std::string_view what, std::int64_t got,
-                          std::int64_t want) {
-  CARTO_CHECK(got == want, call, ": ", what, " has ", got, " elements; expected ", want);
-}
-
-inline void require_same_shape(std::string_view call, const TensorShape& a, const TensorShape& b) {
-  CARTO_CHECK(extents_of(a) == extents_of(b), call, ": shapes ", a, " and ", b, " differ");
-}
+// The shared checks (carto/runtime/kernel_checks.hpp).
+using kernel_checks::extents_of;
+using kernel_checks::last_extent;
+using kernel_checks::require_numel;
+using kernel_checks::require_same_shape;
 
 // An activation-like view: fp32 or bf16.
 inline Elements elements(std::string_view call, std::string_view what, const ConstTensorView& v) {

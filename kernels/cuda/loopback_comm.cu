@@ -393,25 +393,10 @@ std::string LoopbackWorld::failure() const { return world_->failure(); }
 void run_loopback(int size, int device,
                   const std::function<void(LoopbackWorld& world, int rank)>& body) {
   LoopbackWorld world(size, device);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-  auto run_rank = [&](int rank) {
-    try {
-      CARTO_CUDA_CHECK(cudaSetDevice(device));
-      body(world, rank);
-      world.finish(rank);
-    } catch (const std::exception& e) {
-      errors[static_cast<std::size_t>(rank)] = std::current_exception();
-      world.fail(rank, e.what());
-    } catch (...) {
-      errors[static_cast<std::size_t>(rank)] = std::current_exception();
-      world.fail(rank, "a non-standard exception");
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(size - 1));
-  for (int r = 1; r < size; ++r) threads.emplace_back(run_rank, r);
-  run_rank(0);
-  for (auto& t : threads) t.join();
+  ::carto::detail::run_rank_threads(world, size, [&](int rank) {
+    CARTO_CUDA_CHECK(cudaSetDevice(device));
+    body(world, rank);
+  });
   if (!world.failed()) return;
   detail::fail("carto: ", world.failure());
 }

@@ -398,23 +398,24 @@ class ThreadWorld {
   std::shared_ptr<detail::ThreadGroupState> group_;
 };
 
-// Runs body(world) on `size` thread ranks, rank 0 on the calling thread. When a rank throws, the
-// others' collectives fail (see the design note) and this rethrows the first failure as a
-// carto::Error naming its rank.
-inline void run_threads(int size, const std::function<void(Communicator& world)>& body) {
-  ThreadWorld world(size);
+namespace detail {
+// Runs rank(r) for every r in [0, size) on its own thread, rank 0 on the calling thread. A rank
+// that throws marks `world` failed with its message (so the others' collectives fail instead of
+// waiting) and its exception is kept; one that returns is marked finished. Returns each rank's
+// exception (null where it finished). Shared by run_threads and the CUDA loopback ranks.
+template <class World, class Rank>
+std::vector<std::exception_ptr> run_rank_threads(World& world, int size, Rank&& rank) {
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-  auto run_rank = [&](int rank) {
+  auto run_rank = [&](int r) {
     try {
-      auto comm = world.communicator(rank);
-      body(*comm);
-      world.finish(rank);
+      rank(r);
+      world.finish(r);
     } catch (const std::exception& e) {
-      errors[static_cast<std::size_t>(rank)] = std::current_exception();
-      world.fail(rank, e.what());
+      errors[static_cast<std::size_t>(r)] = std::current_exception();
+      world.fail(r, e.what());
     } catch (...) {
-      errors[static_cast<std::size_t>(rank)] = std::current_exception();
-      world.fail(rank, "a non-standard exception");
+      errors[static_cast<std::size_t>(r)] = std::current_exception();
+      world.fail(r, "a non-standard exception");
     }
   };
   std::vector<std::thread> threads;
@@ -422,6 +423,20 @@ inline void run_threads(int size, const std::function<void(Communicator& world)>
   for (int r = 1; r < size; ++r) threads.emplace_back(run_rank, r);
   run_rank(0);
   for (auto& t : threads) t.join();
+  return errors;
+}
+}  // namespace detail
+
+// Runs body(world) on `size` thread ranks, rank 0 on the calling thread. When a rank throws, the
+// others' collectives fail (see the design note) and this rethrows the first failure as a
+// carto::Error naming its rank.
+inline void run_threads(int size, const std::function<void(Communicator& world)>& body) {
+  ThreadWorld world(size);
+  const std::vector<std::exception_ptr> errors =
+      detail::run_rank_threads(world, size, [&](int rank) {
+        auto comm = world.communicator(rank);
+        body(*comm);
+      });
   if (!world.failed()) return;
   // The rank the world recorded first is the cause; the others' errors are its consequences.
   const std::exception_ptr& cause = errors[static_cast<std::size_t>(world.failed_rank())];

@@ -16,15 +16,26 @@
 // reduced chunks (MPI_Allgatherv), the traffic of a ring all-reduce. The staging buffers are host
 // vectors of size() chunks. fp32 reductions stay MPI's (MPI_FLOAT with MPI_SUM / MPI_MAX).
 //
-// Failure: an MPI rank cannot tell the others that it failed, so mpi::run() ends the whole job with
-// MPI_Abort when the body of any rank throws, after printing the rank and the message: the other
-// ranks end within a bounded time, never hang in a collective.
+// Failure (mpi/mpi_watch.hpp): every collective is issued non-blocking and waited on in a loop
+// that also reads the world's control messages, so a rank notices a peer that left or failed:
+//   - a rank whose body throws prints "carto: world rank R of N failed: <message>; aborting the MPI
+//     job", tells every other rank, and ends the job with MPI_Abort (after up to 2 s, in which the
+//     others say which collective they were waiting in);
+//   - a rank whose body returns tells every other rank how many collectives it issued on each group
+//     and waits for the same from all of them (finish(), which mpi::run calls); a rank waiting in a
+//     collective that a member left without joining throws a carto::Error naming that rank, the
+//     collective and the group, and mpi::run ends the job with it;
+//   - CARTO_COLLECTIVE_TIMEOUT=<seconds> (unset: no limit) ends a collective, or the wait at the
+//     end, that takes longer with a carto::Error naming it: what ends a job with a stopped
+//     (SIGSTOP) or hung rank. A rank killed outright is Open MPI's to notice (it ends the job).
+// A communicator whose collective threw is not usable again: end the job.
 //
 // Message sizes: MPI counts are int; a collective of more than INT_MAX elements (or bytes, for the
 // collectives that move bytes) is an error that says so.
 #pragma once
 
 #include <carto/runtime/communicator.hpp>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,11 +52,19 @@ class Environment {
   Environment& operator=(const Environment&) = delete;
 };
 
+[[noreturn]] void abort_job(const Communicator& world, std::string_view message);  // below
+
 class MpiComm final : public Communicator {
  public:
-  // A communicator over a duplicate of MPI_COMM_WORLD; MPI must be initialised.
+  // A communicator over a duplicate of MPI_COMM_WORLD; MPI must be initialised. Reads
+  // CARTO_COLLECTIVE_TIMEOUT (a bad value is a carto::Error naming it).
   [[nodiscard]] static std::unique_ptr<MpiComm> world();
   ~MpiComm() override;
+  // The end of this rank's work on the world (call it on the world communicator): tells every rank
+  // and waits until every rank has called it; throws when another rank failed, when the ranks
+  // issued different numbers of collectives on a group they share, or past the timeout. mpi::run
+  // calls it after the body returns.
+  void finish();
 
  protected:
   Work do_all_reduce(std::span<const std::byte> send, std::span<std::byte> recv, DType dtype,
@@ -64,17 +83,23 @@ class MpiComm final : public Communicator {
  private:
   Work bf16_all_reduce(std::span<const std::byte> send, std::span<std::byte> recv, ReduceOp op);
   Work bf16_reduce_scatter(std::span<const std::byte> send, std::span<std::byte> recv, ReduceOp op);
-  struct Handle;  // the MPI_Comm, defined where <mpi.h> is included
+  // Counts one more collective on this group and returns its number.
+  std::uint64_t issue();
+  // Waits for collective `number`; `request` is an MPI_Request* (this header has no <mpi.h>).
+  void wait(void* request, std::uint64_t number, CollectiveKind kind);
+  struct Handle;  // the MPI_Comm and the failure watch, defined where <mpi.h> is included
   MpiComm(CommGroup group, int rank, std::unique_ptr<Handle> handle);
   std::unique_ptr<Handle> handle_;
+  friend void abort_job(const Communicator& world, std::string_view message);
 };
 
-// Prints "carto: world rank R of N failed: <message>; aborting the MPI job" to stderr and ends
-// every rank of the job with MPI_Abort (exit code 1).
+// Prints "carto: world rank R of N failed: <message>; aborting the MPI job" to stderr, tells the
+// other ranks (unless this failure is a consequence of another rank's) and ends every rank of the
+// job with MPI_Abort (exit code 1).
 [[noreturn]] void abort_job(const Communicator& world, std::string_view message);
 
-// Initialises MPI, runs body(world) on this rank, finalises MPI and returns 0. When the body
-// throws, abort_job ends the whole job (see the design note).
+// Initialises MPI, runs body(world) on this rank, then world.finish(), finalises MPI and returns
+// 0. When the body or finish() throws, abort_job ends the whole job (see the design note).
 int run(int& argc, char**& argv, const std::function<void(Communicator& world)>& body);
 
 }  // namespace carto::mpi

@@ -2,7 +2,8 @@
 // AdamW), through carto's Trainer on the CUDA backend, in mixed bf16 (bf16 activations, gradients
 // and compute copies, fp32 masters; gradients reduced in bf16) and in fp32: tokens/s and model FLOP
 // utilization (MFU), printed beside the step time and peak memory the cost model predicts for the
-// same plan on hardware::h200() (pred_s, meas/pred, peak/pred).
+// same plan on hardware::h200() (pred_s, meas/pred, peak/pred), and the device's own view of the
+// memory (device_GB: cudaMemGetInfo's used growth; reserved_GB: the caching allocator's blocks).
 //
 // Ceilings measured in the same run: BM_Gemm runs one large GEMM through the backend's cuBLASLt
 // path (bf16 8192^3 with fp32 accumulation, and fp32 4096^3). MFU is the step's model FLOPs
@@ -107,6 +108,9 @@ void BM_Gpt2Step(benchmark::State& state) {
   const double ceiling = gemm_rate(mixed ? DType::bf16 : DType::fp32);
 
   cuda::CudaBackend& backend = bench::backend();
+  backend.synchronize();
+  const cuda::DeviceMemoryInfo before = cuda::device_memory_info(backend.device());
+  const std::size_t reserved_before = backend.caching_allocator().reserved_bytes();
   cuda::LoopbackWorld world(1, backend.device());
   auto comm = world.communicator(0, backend.stream());
   MeshComms comms(*comm, one);
@@ -136,6 +140,17 @@ void BM_Gpt2Step(benchmark::State& state) {
   state.counters["peak_GB"] = static_cast<double>(trainer.memory().peak_bytes()) * 1e-9;
   state.counters["peak/pred"] =
       static_cast<double>(trainer.memory().peak_bytes()) / static_cast<double>(pred.peak_bytes);
+  // Beside the tracker's peak, what the device reports: the growth of its used memory
+  // (cudaMemGetInfo) and of the caching allocator's blocks over this run (the shared backend's
+  // cache may already hold blocks from an earlier benchmark; they are not counted again).
+  backend.synchronize();
+  const cuda::DeviceMemoryInfo after = cuda::device_memory_info(backend.device());
+  state.counters["device_GB"] =
+      (static_cast<double>(before.free_bytes) - static_cast<double>(after.free_bytes)) * 1e-9;
+  state.counters["reserved_GB"] =
+      (static_cast<double>(backend.caching_allocator().reserved_bytes()) -
+       static_cast<double>(reserved_before)) *
+      1e-9;
 }
 
 BENCHMARK(BM_Gemm)->Arg(1)->Arg(0)->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -5,7 +5,8 @@
 //
 // Notation: l layers, h hidden, a heads, n kv heads, d = h/a, f ffn_hidden, V vocabulary, s
 // sequence, b batch; values bf16 (2 bytes), statistics fp32.
-// Parameters per block: q and o projections h·h each, k and v h·n·d each, gate/up/down h·f each,
+// Parameters per block: q and o projections h·h each, k and v h·n·d each (q, k, v as one fused
+// projection of h + 2nd columns), gate/up/down h·f each,
 // two RMSNorm gammas h each: 2h² + 2hnd + 3hf + 2h. Whole model: l·(that) + Vh (embedding) + Vh
 // (untied LM head) + h (final RMSNorm).
 // Matmul FLOPs, forward, per block: 2bs(2h² + 2hnd + 3hf) for the projections, plus 2bs²h for
@@ -16,9 +17,11 @@
 //   fused step        = l·(6bs(2h² + 2hnd + 3hf) + 14bs²h) + 6bshV,
 // and full recomputation adds one forward of every block, l·(2bs(2h² + 2hnd + 3hf) + 4bs²h).
 // Saved bytes per block (no dropout in Llama): the block input x and the first norm's output (2sbh
-// each), rotated q (2sbh), rotated k and v (2sb·nd each), the attention context (2sbh: the
-// output projection's input, a view of it), the residual y and the second norm's output (2sbh
-// each), gate, up and silu(gate)·up (2sbf each) — 12sbh + 4sbnd + 6sbf — plus, materialized, the
+// each), rotated q (2sbh), rotated k (2sb·nd), v — a view of the fused QKV projection's output
+// (B, S, n(g+2)d), so its whole buffer of 2sb(h + 2nd) (a saved view keeps its storage) — the
+// attention context (2sbh: the output projection's input, a view of it), the residual y and the
+// second norm's output (2sbh each), gate, up and silu(gate)·up (2sbf each) — 14sbh + 6sbnd + 6sbf
+// — plus, materialized, the
 // softmax output (2as²b), or, fused, the fp32 logsumexp per query row (4asb). Counted RMSNorm
 // statistics add one fp32 rstd per row per norm: 8sb. Full recomputation keeps x alone: 2sbh.
 #include <carto/layers.hpp>
@@ -56,7 +59,7 @@ std::int64_t closed_saved_per_block(const LlamaConfig& c, std::int64_t b, Attent
                                     bool stats) {
   const std::int64_t s = c.seq, h = c.hidden, a = c.heads;
   const std::int64_t nd = c.kv_heads * (h / a);
-  const std::int64_t base = 12 * s * b * h + 4 * s * b * nd + 6 * s * b * c.ffn_hidden;
+  const std::int64_t base = 14 * s * b * h + 6 * s * b * nd + 6 * s * b * c.ffn_hidden;
   const std::int64_t attention = kind == AttentionKind::fused ? 4 * a * s * b : 2 * a * s * s * b;
   return base + attention + (stats ? 8 * s * b : 0);
 }

@@ -402,3 +402,34 @@ TEST_CASE("the DP equals its brute force on a tiny Llama block (RMSNorm, rotary 
     }
   }
 }
+
+TEST_CASE("the DP equals its brute force on Llama's fused-QKV grouped-query attention",
+          "[search][dp][llama]") {
+  // grouped_query_attention as build_llama writes it: one QKV projection in per-group order, q
+  // viewed with split_groups over 4 slots per group (2 query heads, a key and a value head), k
+  // and v with split_heads, rotary q and k, the grouped einsums, the merge and the output
+  // projection, under the residual add; materialized and fused attention.
+  for (const AttentionKind kind : {AttentionKind::materialized, AttentionKind::fused}) {
+    Graph g{};
+    const TensorId in = g.input({{"batch", 4}, {"seq", 2}, {"hidden", 8}}, DType::bf16);
+    g.begin_group("prefix", GroupKind::layer);
+    TensorId x = g.gelu(in);
+    g.end_group();
+    g.begin_group("block.0", GroupKind::transformer_block);
+    x = g.add(x, grouped_query_attention(g, x, {.heads = 4, .kv_heads = 2, .kind = kind}));
+    g.end_group();
+    const HardwareProfile hw = find_hardware_profile("h100");
+    for (const SearchSpace space : {SearchSpace::standard, SearchSpace::full}) {
+      for (const int zero : {0, 3}) {
+        INFO("x=2, " << to_string_view(space) << " space, ZeRO " << zero << ", attention "
+                     << (kind == AttentionKind::fused ? "fused" : "materialized"));
+        const DeviceMesh mesh = parse_mesh("x=2");
+        const DpOptions o{
+            .zero_stage = zero, .checkpoint = CheckpointChoice::search, .space = space};
+        const DpResult dp = dp_frontier(g, mesh, hw, o);
+        REQUIRE(!dp.frontier.empty());
+        require_equal(dp.frontier, brute_force_frontier(g, mesh, hw, o));
+      }
+    }
+  }
+}

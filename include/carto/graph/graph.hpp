@@ -20,9 +20,10 @@
 // tensors, fused into one op so that silu(gate) is never a graph tensor), and rotary (Su et al.
 // 2021: pairs (2i, 2i+1) of the last dim rotated by position·θ^(-2i/d), the position being the
 // second-to-last dim; Op::factor holds θ). Grouped-query attention keeps each query head beside
-// its key/value head: split_groups views (B, S, n·g·d) as (B, n, g, S, d) (n key/value heads, g
-// query heads per group), merge_heads accepts that rank-5 form, and fused_attention takes q of
-// rank 5 with k, v (B, n, S, d).
+// its key/value head: split_groups views (B, S, n·c·d) as (B, n, g, S, d) (n key/value heads, g
+// query heads per group, the first g of c slots per group: the queries of a fused QKV projection in
+// per-group order), merge_heads accepts that rank-5 form, and fused_attention takes q of rank 5
+// with k, v (B, n, S, d).
 //
 // Groups name contiguous op ranges (one layer each: "embedding", "block.3", "lm_head", ...); the
 // profiler reports per group and checkpoints groups of kind transformer_block under
@@ -400,17 +401,27 @@ class Graph {
     ops_.back().dim = static_cast<std::size_t>(part);
     return out;
   }
-  // Grouped-query view: (B, S, n·g·d) -> (B, n, g, S, d), n = kv_heads key/value heads with g =
-  // group query heads each. The fused dim is ordered (n, g, j), so a contiguous split of it into t
-  // pieces (t dividing n) gives each piece whole groups: a split of the key/value heads.
-  constexpr TensorId split_groups(TensorId x, std::int64_t kv_heads, std::int64_t group) {
+  // Grouped-query view: (B, S, n·c·d) -> (B, n, g, S, d), n = kv_heads key/value heads with g =
+  // group query heads each, c = slots ≥ g head-sized slots per group of which the view takes the
+  // first g. The fused dim is ordered (n, c, j): column (group, slot, j) is group·c·d + slot·d + j,
+  // so a contiguous split of it into t pieces (t dividing n) gives each piece whole groups, a split
+  // of the key/value heads. slots = g (the default) is a q projection of its own; slots = g + 2 is
+  // the fused QKV projection in per-group order (Megatron-LM's GQA layout: each group's g query
+  // heads, then its key head, then its value head), whose key and value are
+  // split_heads(x, g + 2, g, n) and split_heads(x, g + 2, g + 1, n). The slot count is implied by
+  // the shapes (c = F / (n·d)), so the stride of n in the fused dim is F / n.
+  constexpr TensorId split_groups(TensorId x, std::int64_t kv_heads, std::int64_t group,
+                                  std::int64_t slots = 0) {
     const TensorShape& s = tensor(x).shape;
-    if (s.rank() != 3 || kv_heads < 1 || group < 1 ||
-        s.dims()[2].extent % (kv_heads * group) != 0) {
+    if (slots == 0) slots = group;
+    if (s.rank() != 3 || kv_heads < 1 || group < 1 || slots < group ||
+        s.dims()[2].extent % (kv_heads * slots) != 0) {
       detail::fail("carto: split_groups of ", s, " into ", kv_heads, " groups of ", group,
-                   " heads: needs (B, S, F) with F divisible by kv_heads*group");
+                   " heads in ", slots,
+                   " slots each: needs (B, S, F) with F divisible by kv_heads*slots and "
+                   "slots >= group");
     }
-    const std::int64_t d = s.dims()[2].extent / (kv_heads * group);
+    const std::int64_t d = s.dims()[2].extent / (kv_heads * slots);
     return view_op(
         x, ViewKind::split_groups,
         {s.dims()[0], {"kv_heads", kv_heads}, {"group", group}, s.dims()[1], {"head_dim", d}});

@@ -5,8 +5,13 @@
 // with Llama's choices: RMSNorm (Zhang & Sennrich 2019: γ, no β, no mean), a SwiGLU MLP (Shazeer
 // 2020: gate and up projections h -> f, silu(gate)·up as one fused silu_mul op, down f -> h),
 // rotary position embeddings on q and k (Su et al. 2021; θ = rope_theta), grouped-query attention
-// (kv_heads dividing heads; K and V projections of kv_heads·d, d = hidden / heads), no dropout,
-// and, by config flags, no biases and an untied LM head. Q is viewed as (B, n, g, S, d) — n
+// (kv_heads dividing heads; K and V of kv_heads·d, d = hidden / heads), no dropout, and, by config
+// flags, no biases and an untied LM head. Q, K and V come from one fused projection (B, S,
+// n·(g+2)·d) in per-group order (each group's g query heads, its key head, its value head:
+// Megatron-LM's GQA layout), so the search carries one tensor through the projection, as for
+// GPT's fused QKV, where three projections would keep three live whose specs multiply its
+// states (a Llama3-8B block on a 2x2 mesh: minutes against seconds). V, a view of it, keeps the
+// fused buffer saved (2sb(h + 2nd) bytes, not 2sbnd). Q is viewed as (B, n, g, S, d) — n
 // key/value heads, g = heads / n query heads per group — and K, V as (B, n, S, d), so the attention
 // einsums carry a group index (bngqd,bnkd->bngqk and bngqk,bnkd->bngqd): a split of n (the
 // key/value heads) or of g (query heads within a group) is an einsum strategy like any other, and
@@ -85,13 +90,18 @@ constexpr TensorId grouped_query_attention(Graph& g, TensorId x, const GqaSpec& 
   const std::int64_t n = spec.kv_heads;
   const std::int64_t group = spec.heads / n;
   const double factor = detail::inverse_sqrt(static_cast<double>(d));
-  const TensorId qp = linear(g, x, {.out_name = "q", .out_features = h, .bias = spec.bias});
-  const TensorId kp = linear(g, x, {.out_name = "kv", .out_features = n * d, .bias = spec.bias});
-  const TensorId vp = linear(g, x, {.out_name = "kv", .out_features = n * d, .bias = spec.bias});
-  const TensorId q = g.rotary(g.split_groups(qp, n, group), spec.rope_theta);  // (B, n, g, S, d)
-  const TensorId k = g.rotary(g.split_heads(kp, 1, 0, n), spec.rope_theta);    // (B, n, S, d)
-  const TensorId v = g.split_heads(vp, 1, 0, n);                               // (B, n, S, d)
-  TensorId context;                                                            // (B, n, g, S, d)
+  // One fused QKV projection (B, S, n·(g+2)·d) in per-group order: each key/value head's g query
+  // heads, its key head and its value head (Megatron-LM's GQA layout), so a split of its columns
+  // over t | n devices keeps whole groups, and the DP sees one tensor where three projections
+  // would keep three live (their specs multiply the states of the attention branch).
+  const TensorId qkv =
+      linear(g, x, {.out_name = "qkv", .out_features = n * (group + 2) * d, .bias = spec.bias});
+  const TensorId q = g.rotary(g.split_groups(qkv, n, group, group + 2),
+                              spec.rope_theta);  // (B, n, g, S, d)
+  const TensorId k =
+      g.rotary(g.split_heads(qkv, group + 2, group, n), spec.rope_theta);  // (B, n, S, d)
+  const TensorId v = g.split_heads(qkv, group + 2, group + 1, n);          // (B, n, S, d)
+  TensorId context;                                                        // (B, n, g, S, d)
   if (spec.kind == AttentionKind::fused) {
     context = g.fused_attention(q, k, v, factor, Masking::causal, 0.0);
   } else {

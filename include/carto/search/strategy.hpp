@@ -56,8 +56,9 @@
 //    (parts·H) dim to a heads split (it needs the heads divisible by the split: the projection's
 //    columns are ordered per head group, as Megatron-LM lays out its fused QKV weight); merge_heads
 //    maps a heads split to the hidden dim (head_dim must be unsplit; of a grouped (B, n, g, S, d)
-//    tensor the group dim too); split_groups maps a split of (n·g·d) to the key/value heads n (n
-//    divisible by the split); transpose swaps the last two.
+//    tensor the group dim too); split_groups maps a split of (n·c·d) — c slots per group, g of them
+//    its queries — to the key/value heads n (n divisible by the split); transpose swaps the last
+//    two.
 //
 // Gradient specs (DESIGN.md §3: backward follows the einsum rule). The gradient an input receives
 // is split like the input and Partial over the mesh axes that split letters the input does not
@@ -180,7 +181,7 @@ inline std::optional<ShardingSpec> view_output_spec(const Graph& g, const Op& op
       if (!in.dims()[3].empty()) return std::nullopt;
       out.add_dim(in.dims()[0]).add_dim(in.dims()[2]).add_dim(in.dims()[1]);
       break;
-    case ViewKind::split_groups: {  // (B, S, n·g·d) -> (B, n, g, S, d)
+    case ViewKind::split_groups: {  // (B, S, n·c·d) -> (B, n, g, S, d)
       const std::int64_t n = out_shape.dims()[1].extent;
       if (n % split_factor(in.dims()[2], mesh) != 0) return std::nullopt;
       out.add_dim(in.dims()[0]).add_dim(in.dims()[2]).add_dim({}).add_dim(in.dims()[1]).add_dim({});

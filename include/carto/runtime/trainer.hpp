@@ -86,6 +86,7 @@ class Trainer {
       : graph_(micro_graph),
         plan_(plan),
         backend_(backend),
+        comms_(comms),
         tracking_(backend.device_allocator(), tracker_) {
     if (!(comms.mesh() == plan.mesh)) {
       detail::fail("carto: the plan is for mesh ", plan.mesh, " but the ranks form mesh ",
@@ -156,6 +157,7 @@ class Trainer {
     }
     executor_->finish_gradients();
     executor_->optimizer_step();
+    ++data_position_;
     StepStats s;
     s.loss = loss;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -167,15 +169,23 @@ class Trainer {
   [[nodiscard]] const MemoryTracker& memory() const { return tracker_; }
   [[nodiscard]] MemoryTracker& memory() { return tracker_; }
   [[nodiscard]] const Plan& plan() const { return plan_; }
+  [[nodiscard]] const Graph& graph() const { return graph_; }
+  [[nodiscard]] MeshComms& comms() { return comms_; }
+  // Where the trainer's data stream stands, kept in checkpoints (carto/runtime/checkpoint.hpp):
+  // the number of batches stepped unless the caller sets it (an offset into its own data).
+  [[nodiscard]] std::int64_t data_position() const { return data_position_; }
+  void set_data_position(std::int64_t position) { data_position_ = position; }
 
  private:
   const Graph& graph_;
   Plan plan_;
   Backend& backend_;
+  MeshComms& comms_;
   MemoryTracker tracker_;
   TrackingAllocator tracking_;
   std::vector<TensorId> index_inputs_;
   std::unique_ptr<Executor> executor_;
+  std::int64_t data_position_ = 0;
 };
 
 }  // namespace carto

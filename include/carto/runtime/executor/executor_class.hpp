@@ -180,6 +180,76 @@ class Executor {
   // The stored spec of a tensor.
   [[nodiscard]] const ShardingSpec& stored_spec(TensorId t) const { return stored_.at(t.index()); }
 
+  // ---- checkpoints (carto/runtime/checkpoint.hpp): a parameter's state exactly as held ----
+  // The buffers of a parameter: the compute value, the fp32 master (mixed_bf16 only) and AdamW's
+  // m and v. Each holds elements [begin, begin + count) of the flat local tensor: all of it, or
+  // this rank's ZeRO chunk without its padding (value at ZeRO 3, master and m, v at ZeRO 1-3).
+  enum class StateBuffer : std::uint8_t { value, master, m, v };
+  struct StatePiece {
+    bool held = false;
+    DType dtype = DType::fp32;
+    std::int64_t begin = 0;
+    std::int64_t count = 0;
+  };
+  [[nodiscard]] StatePiece state_piece(TensorId t, StateBuffer b) {
+    const Param& p = param_of(t);
+    const bool mixed = opt_.precision == Precision::mixed_bf16;
+    if (b == StateBuffer::master && !mixed) return {};
+    const bool chunked = b == StateBuffer::value ? opt_.zero_stage == 3 : opt_.zero_stage >= 1;
+    const std::int64_t n = p.local.numel();
+    const std::int64_t begin = chunked ? std::min(n, p.group_rank * p.chunk) : 0;
+    const std::int64_t count = chunked ? std::min(n, begin + p.chunk) - begin : n;
+    return {.held = true,
+            .dtype = b == StateBuffer::value ? compute_ : DType::fp32,
+            .begin = begin,
+            .count = count};
+  }
+  // The piece's bytes (count elements of its dtype). Not collective.
+  [[nodiscard]] std::vector<std::byte> state_bytes(TensorId t, StateBuffer b) {
+    const StatePiece s = state_piece(t, b);
+    CARTO_CHECK(s.held, "parameter ", t.value, " holds no fp32 master under fp32");
+    std::vector<std::byte> out(static_cast<std::size_t>(s.count * size_bytes(s.dtype)));
+    if (s.count > 0)
+      be_.copy_to_host(offset_view(state_buffer(t, b), 0, {{"flat", s.count}}, s.dtype),
+                       out.data());
+    be_.synchronize();
+    return out;
+  }
+  // Sets the piece from its bytes (as state_bytes gives them), or from fp32 values rounded to
+  // its dtype. Not collective.
+  void set_state_bytes(TensorId t, StateBuffer b, std::span<const std::byte> bytes) {
+    const StatePiece s = state_piece(t, b);
+    CARTO_CHECK(s.held && bytes.size() == static_cast<std::size_t>(s.count * size_bytes(s.dtype)),
+                "parameter ", t.value, ": set_state_bytes takes the ", s.count,
+                " elements this rank holds; got ", bytes.size(), " bytes");
+    if (s.count > 0)
+      be_.copy_from_host(bytes.data(),
+                         offset_view(state_buffer(t, b), 0, {{"flat", s.count}}, s.dtype));
+    be_.synchronize();
+  }
+  void set_state_values(TensorId t, StateBuffer b, std::span<const float> values) {
+    const StatePiece s = state_piece(t, b);
+    CARTO_CHECK(s.held && static_cast<std::int64_t>(values.size()) == s.count, "parameter ",
+                t.value, ": set_state_values takes the ", s.count,
+                " elements this rank holds; got ", values.size());
+    if (s.count == 0) return;
+    const TensorShape flat{{"flat", s.count}};
+    Buffer host = buffer(flat, DType::fp32, MemoryCategory::temporaries);
+    be_.copy_from_host(values.data(), host.view(flat, DType::fp32));
+    be_.convert(host.view(flat, DType::fp32), offset_view(state_buffer(t, b), 0, flat, s.dtype));
+    be_.synchronize();
+  }
+  // The optimizer step count and the seed of the parameter and dropout streams: with them the
+  // next step draws what an uninterrupted run would.
+  [[nodiscard]] std::uint64_t seed() const { return opt_.seed; }
+  void restore_step(std::int64_t step, std::uint64_t seed) {
+    CARTO_CHECK(step >= 0, "restore_step: the step count is ", step, "; it must be >= 0");
+    step_ = step;
+    opt_.seed = seed;
+  }
+  [[nodiscard]] Precision precision() const { return opt_.precision; }
+  [[nodiscard]] int zero_stage() const { return opt_.zero_stage; }
+
   // The normal seed gradient of a non-scalar result: G[i] = rng::normal(stream, i).
   [[nodiscard]] RngStream seed_stream() const {
     return {.seed = opt_.seed, .id = stream_id(RngPurpose::test, 0, 0)};
@@ -363,6 +433,13 @@ class Executor {
     const auto it = param_index_.find(t.index());
     CARTO_CHECK(it != param_index_.end(), "tensor ", t.value, " is not a parameter");
     return params_[it->second];
+  }
+  Buffer& state_buffer(TensorId t, StateBuffer b) {
+    Param& p = param_of(t);
+    return b == StateBuffer::value    ? p.value
+           : b == StateBuffer::master ? p.master
+           : b == StateBuffer::m      ? p.m
+                                      : p.v;
   }
   [[nodiscard]] bool checkpointed(std::int32_t group) const {
     return group >= 0 && static_cast<std::size_t>(group) < opt_.checkpointed.size() &&

@@ -1,10 +1,9 @@
 #include "cli.hpp"
 
+#include <carto/util/numbers.hpp>
 #include <carto/util/units.hpp>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 
 namespace carto::cli {
 
@@ -66,10 +65,31 @@ std::optional<std::string> Flags::text(std::string_view name) const {
 std::optional<std::int64_t> Flags::positive(std::string_view name) const {
   const auto t = text(name);
   if (!t) return std::nullopt;
-  std::int64_t v = 0;
-  const auto [end, ec] = std::from_chars(t->data(), t->data() + t->size(), v);
-  if (ec != std::errc() || end != t->data() + t->size() || v < 1) {
+  const std::optional<std::int64_t> v = parse_int64(*t);
+  if (!v || *v < 1) {
     throw UsageError(command_ + ": --" + std::string(name) + " needs a positive integer, got '" +
+                     *t + "'");
+  }
+  return v;
+}
+
+std::optional<std::int64_t> Flags::positive_at_most(std::string_view name, std::int64_t limit,
+                                                    std::string_view why) const {
+  const std::optional<std::int64_t> v = positive(name);
+  if (v && *v > limit) {
+    throw UsageError(command_ + ": --" + std::string(name) + " is " + std::to_string(*v) +
+                     "; at most " + std::to_string(limit) + " is supported (" + std::string(why) +
+                     ")");
+  }
+  return v;
+}
+
+std::optional<double> Flags::positive_real(std::string_view name) const {
+  const auto t = text(name);
+  if (!t) return std::nullopt;
+  const std::optional<double> v = parse_real(*t);
+  if (!v || !(*v > 0)) {
+    throw UsageError(command_ + ": --" + std::string(name) + " needs a positive number, got '" +
                      *t + "'");
   }
   return v;
@@ -78,10 +98,8 @@ std::optional<std::int64_t> Flags::positive(std::string_view name) const {
 std::optional<double> Flags::probability(std::string_view name) const {
   const auto t = text(name);
   if (!t) return std::nullopt;
-  std::istringstream in(*t);
-  double v = 0;
-  in >> v;
-  if (t->empty() || in.fail() || !in.eof() || !(v >= 0.0 && v < 1.0)) {
+  const std::optional<double> v = parse_real(*t);
+  if (!v || !(*v >= 0.0 && *v < 1.0)) {
     throw UsageError(command_ + ": --" + std::string(name) +
                      " needs a probability in [0, 1), got '" + *t + "'");
   }

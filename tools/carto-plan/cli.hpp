@@ -2,7 +2,8 @@
 //
 // Design note: a subcommand declares its flags (name, whether it takes a value, help text); parsing
 // rejects unknown flags, missing values and repeated flags with one line that names the flag. Typed
-// accessors parse values strictly (a whole positive integer, a probability in [0, 1), one of a
+// accessors parse values strictly with carto's one number parser (util/numbers.hpp: no spaces on
+// either side, no trailing text; a whole positive integer, a probability in [0, 1), one of a
 // listed set of words) and name the flag and the accepted form on error. Every such error is a
 // UsageError, which main() prints as one line and turns into exit code 2.
 #pragma once
@@ -39,6 +40,12 @@ class Flags {
   [[nodiscard]] std::optional<std::string> text(std::string_view name) const;
   // A whole number >= 1.
   [[nodiscard]] std::optional<std::int64_t> positive(std::string_view name) const;
+  // A whole number in [1, limit]; `why` says where the limit comes from.
+  [[nodiscard]] std::optional<std::int64_t> positive_at_most(std::string_view name,
+                                                             std::int64_t limit,
+                                                             std::string_view why) const;
+  // A finite number > 0 (seconds, ratios).
+  [[nodiscard]] std::optional<double> positive_real(std::string_view name) const;
   // A number in [0, 1).
   [[nodiscard]] std::optional<double> probability(std::string_view name) const;
   // One of `choices`.

@@ -1,6 +1,12 @@
 #include "model_flags.hpp"
 
+#include <carto/util/checked.hpp>
+
 namespace carto::tools {
+
+namespace {
+constexpr std::string_view kLayersWhy = "the graph and the profile hold every layer's ops";
+}  // namespace
 
 std::vector<cli::FlagSpec> model_flag_specs() {
   return {
@@ -39,7 +45,7 @@ GptConfig model_from_flags(const cli::Flags& flags, const std::string& command) 
           missing + ")");
     }
   }
-  if (auto v = flags.positive("layers")) config.layers = *v;
+  if (auto v = flags.positive_at_most("layers", kMaxLayers, kLayersWhy)) config.layers = *v;
   if (auto v = flags.positive("hidden")) config.hidden = *v;
   if (auto v = flags.positive("heads")) config.heads = *v;
   if (auto v = flags.positive("vocab")) config.vocab = *v;
@@ -55,7 +61,7 @@ std::optional<LlamaConfig> llama_from_flags(const cli::Flags& flags, const std::
   if (!name) return std::nullopt;
   std::optional<LlamaConfig> config = find_llama(*name);
   if (!config) return std::nullopt;
-  if (auto v = flags.positive("layers")) config->layers = *v;
+  if (auto v = flags.positive_at_most("layers", kMaxLayers, kLayersWhy)) config->layers = *v;
   if (auto v = flags.positive("hidden")) config->hidden = *v;
   if (auto v = flags.positive("heads")) config->heads = *v;
   if (auto v = flags.positive("vocab")) config->vocab = *v;

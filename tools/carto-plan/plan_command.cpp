@@ -2,9 +2,12 @@
 #include <carto/cost.hpp>
 #include <carto/layers.hpp>
 #include <carto/search.hpp>
+#include <carto/util/checked.hpp>
+#include <carto/util/files.hpp>
 #include <carto/util/json.hpp>
+#include <carto/util/numbers.hpp>
 #include <carto/util/units.hpp>
-#include <fstream>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -66,18 +69,12 @@ std::vector<std::int64_t> positive_list(const std::string& text, const std::stri
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || item.empty() || v < 0) {
+    const std::optional<std::int64_t> v = parse_int64(item);
+    if (!v || *v < 0) {
       throw cli::UsageError("plan: --" + flag + " needs comma-separated whole numbers, got '" +
                             text + "'");
     }
-    out.push_back(v);
+    out.push_back(*v);
   }
   if (out.empty()) throw cli::UsageError("plan: --" + flag + " needs at least one value");
   return out;
@@ -102,13 +99,29 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
                                              .seq = llama->seq,
                                              .tied_lm_head = llama->tied_lm_head}
                                  : model_from_flags(flags, "plan");
-  const std::int64_t devices = flags.positive("devices").value_or(0);
+  const std::int64_t devices =
+      flags.positive_at_most("devices", kMaxDevices, "2^20, beyond any cluster built").value_or(0);
   if (devices == 0) throw cli::UsageError("plan: give --devices N");
+  // Output paths are checked before the search, which may run for minutes.
+  for (const char* flag : {"out", "report"}) {
+    if (auto path = flags.text(flag)) {
+      try {
+        check_output_path(*path, std::string("--") + flag + " file");
+      } catch (const Error& e) {
+        throw cli::UsageError(std::string("plan: --") + flag + ": " + e.what());
+      }
+    }
+  }
   const std::string hw_name = flags.text("hardware").value_or("h100");
   HardwareProfile hw = hw_name.find('/') != std::string::npos || hw_name.ends_with(".json")
                            ? load_hardware_profile(hw_name)
                            : find_hardware_profile(hw_name);
   if (auto per_node = flags.positive("gpus-per-node")) {
+    if (*per_node < devices && devices % *per_node != 0) {
+      throw cli::UsageError("plan: --gpus-per-node " + std::to_string(*per_node) +
+                            " does not divide --devices " + std::to_string(devices) +
+                            "; every node holds the same number of devices");
+    }
     if (!hw.links.empty()) hw.links.front().devices = *per_node;
   }
   hw = hardware_for_devices(hw, devices);
@@ -150,13 +163,11 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
   }
   options.tolerance = 0.02;
   if (auto v = flags.text("tolerance")) {
-    std::istringstream in(*v);
-    double t = -1;
-    in >> t;
-    if (v->empty() || in.fail() || !in.eof() || !(t >= 0 && t < 1)) {
+    const std::optional<double> t = parse_real(*v);
+    if (!t || !(*t >= 0 && *t < 1)) {
       throw cli::UsageError("plan: --tolerance needs a number in [0, 1), got '" + *v + "'");
     }
-    options.tolerance = t;
+    options.tolerance = *t;
   }
   for (const std::string& pin : flags.all("pin")) options.pins.push_back(parse_pin(pin));
   if (auto v = flags.positive("mesh-axes")) {
@@ -176,16 +187,7 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
     }
     options.meshes = {mesh};
   }
-  if (auto v = flags.text("time-limit")) {
-    std::istringstream in(*v);
-    double t = -1;
-    in >> t;
-    if (v->empty() || in.fail() || !in.eof() || !(t > 0)) {
-      throw cli::UsageError("plan: --time-limit needs a positive number of seconds, got '" + *v +
-                            "'");
-    }
-    options.time_limit_s = t;
-  }
+  if (auto t = flags.positive_real("time-limit")) options.time_limit_s = *t;
   if (auto v = flags.choice("space", {"standard", "full"})) {
     options.space = parse_search_space(*v);
   }
@@ -200,11 +202,7 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
   const Plan plan = search(make_graph, config.name, batch, devices, hw, options);
 
   const Json j = to_json(plan);
-  if (auto path = flags.text("out")) {
-    std::ofstream file(*path);
-    file << j.dump(2) << "\n";
-    if (!file) throw cli::UsageError("plan: cannot write the plan to '" + *path + "'");
-  }
+  if (auto path = flags.text("out")) save_plan(plan, *path);
   if (auto path = flags.text("report")) {
     const GraphMaker graph_of = [&](std::int64_t micro_batch, Precision) {
       return make_graph(micro_batch);

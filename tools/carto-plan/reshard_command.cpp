@@ -3,6 +3,7 @@
 // peak extra memory per device.
 #include <carto/cost.hpp>
 #include <carto/spec.hpp>
+#include <carto/util/checked.hpp>
 #include <carto/util/json.hpp>
 #include <cstdio>
 #include <ostream>
@@ -76,9 +77,10 @@ int reshard_command(const std::vector<std::string>& args, std::ostream& out) {
   const HardwareProfile hw = hardware_for_devices(given, mesh.num_devices());
   const ReshardOptions options{.make_partial = flags.has("make-partial") ? MakePartial::allow
                                                                          : MakePartial::forbid};
+  const std::int64_t tensor_bytes =
+      checked_mul(shape.numel(), size_bytes(dtype), "the byte size of the --shape tensor");
   const ReshardPlan plan = reshard(shape, dtype, from, to, mesh, hw, options);
 
-  const std::int64_t tensor_bytes = shape.numel() * size_bytes(dtype);
   if (flags.has("json")) {
     Json j;
     j["shape"] = to_string(shape);

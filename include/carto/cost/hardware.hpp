@@ -34,6 +34,7 @@
 #include "carto/error.hpp"
 #include "carto/spec/dtype.hpp"
 #include "carto/spec/mesh.hpp"
+#include "carto/util/files.hpp"
 #include "carto/util/json.hpp"
 
 namespace carto {
@@ -478,13 +479,10 @@ inline HardwareProfile hardware_profile_from_json(const Json& j, std::string_vie
 }
 
 inline HardwareProfile load_hardware_profile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) detail::fail("carto: cannot open hardware profile file '", path, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
+  const std::string text = read_file_bounded(path, kMaxHardwareFileBytes, "hardware profile");
   Json j;
   try {
-    j = Json::parse(text.str());
+    j = Json::parse(text);
   } catch (const Error& e) {
     detail::fail("carto: hardware profile ", path, ": ", e.what());
   }
@@ -493,10 +491,7 @@ inline HardwareProfile load_hardware_profile(const std::string& path) {
 
 inline void save_hardware_profile(const HardwareProfile& hw, const std::string& path) {
   check_hardware_profile(hw, hw.name);
-  std::ofstream out(path);
-  if (!out) detail::fail("carto: cannot write hardware profile file '", path, "'");
-  out << to_json(hw).dump(2) << '\n';
-  if (!out) detail::fail("carto: writing hardware profile file '", path, "' failed");
+  atomic_write(path, to_json(hw).dump(2) + "\n", "hardware profile");
 }
 
 }  // namespace carto

@@ -77,7 +77,7 @@ constexpr std::int64_t element_bytes(const TensorInfo& t) {
   return t.kind == TensorKind::index ? 4 : size_bytes(t.dtype);
 }
 constexpr std::int64_t tensor_bytes(const TensorInfo& t) {
-  return t.shape.numel() * element_bytes(t);
+  return checked_mul(t.shape.numel(), element_bytes(t), "the byte size of a tensor");
 }
 
 enum class OpKind : std::uint8_t {

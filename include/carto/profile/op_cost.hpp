@@ -61,6 +61,7 @@
 #include "carto/spec/layout.hpp"
 #include "carto/spec/mesh.hpp"
 #include "carto/spec/sharding.hpp"
+#include "carto/util/checked.hpp"
 
 namespace carto {
 
@@ -77,7 +78,7 @@ struct OpCost {
   std::int64_t output_bytes = 0;
   std::int64_t params = 0;  // elements of parameter inputs
   [[nodiscard]] constexpr std::int64_t flops_backward() const {
-    return flops_backward_input + flops_backward_weight;
+    return checked_add(flops_backward_input, flops_backward_weight, "the backward FLOPs of an op");
   }
   friend constexpr bool operator==(const OpCost&, const OpCost&) = default;
 };
@@ -126,20 +127,29 @@ constexpr std::int64_t rows_of(const TensorShape& s, std::size_t dim) {
 constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes,
                             LayerNormStats stats, DropoutMasks masks = DropoutMasks::stored) {
   OpCost c{};
+  // Every product and sum below is checked: a huge model is an error naming the count, never a
+  // wrapped-around negative.
+  auto mul = [](std::int64_t x, std::int64_t y) {
+    return checked_mul(x, y, "the FLOP or byte count of one op");
+  };
+  auto add_to = [](std::int64_t& total, std::int64_t x) {
+    total = checked_add(total, x, "the FLOP or byte count of one op");
+  };
   auto bytes = [&](TensorId t, const TensorShape& s) {
-    return s.numel() * element_bytes(g.tensor(t));
+    return mul(s.numel(), element_bytes(g.tensor(t)));
   };
   const std::int64_t n = shapes.output.numel();
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {
-    c.bytes_read += bytes(op.inputs[i], shapes.inputs[i]);
-    if (g.tensor(op.inputs[i]).kind == TensorKind::parameter) c.params += shapes.inputs[i].numel();
+    add_to(c.bytes_read, bytes(op.inputs[i], shapes.inputs[i]));
+    if (g.tensor(op.inputs[i]).kind == TensorKind::parameter)
+      add_to(c.params, shapes.inputs[i].numel());
   }
   c.output_bytes = bytes(op.output, shapes.output);
   auto is_param = [&](std::size_t i) {
     return g.tensor(op.inputs[i]).kind == TensorKind::parameter;
   };
   auto grad_flops = [&](std::size_t i, std::int64_t f) {
-    (is_param(i) ? c.flops_backward_weight : c.flops_backward_input) += f;
+    add_to(is_param(i) ? c.flops_backward_weight : c.flops_backward_input, f);
   };
   switch (op.kind) {
     case OpKind::einsum: {
@@ -149,7 +159,7 @@ constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes
           const IndexLetters& ls = op.einsum.inputs[i];
           const auto* it = std::find(ls.begin(), ls.end(), letter);
           if (it != ls.end()) {
-            f *= shapes.inputs[i].dims()[static_cast<std::size_t>(it - ls.begin())].extent;
+            f = mul(f, shapes.inputs[i].dims()[static_cast<std::size_t>(it - ls.begin())].extent);
             break;
           }
         }
@@ -165,22 +175,22 @@ constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes
       const TensorShape& k = shapes.inputs[1];  // (B, heads or n, S, d)
       const std::size_t r = q.rank();
       const std::int64_t s = shapes.kv_seq > 0 ? shapes.kv_seq : q.dims()[r - 2].extent;
-      const std::int64_t unit = q.numel() * s;  // B·a·S_q·S_kv·d
-      c.flops_forward = 4 * unit;
-      c.flops_backward_input = 10 * unit;
+      const std::int64_t unit = mul(q.numel(), s);  // B·a·S_q·S_kv·d
+      c.flops_forward = mul(4, unit);
+      c.flops_backward_input = mul(10, unit);
       c.matmul = true;
-      c.private_saved_bytes = rows_of(q, r - 1) * 4;  // logsumexp, fp32
+      c.private_saved_bytes = mul(rows_of(q, r - 1), 4);  // logsumexp, fp32
       if (shapes.kv_seq > 0) {
         // Gathered K and V, then full-length dK and dV before their reduce-scatter.
         const std::int64_t gathered =
-            k.numel() / k.dims()[2].extent * s * element_bytes(g.tensor(op.inputs[1]));
-        c.temp_bytes = 4 * gathered;
+            mul(mul(k.numel() / k.dims()[2].extent, s), element_bytes(g.tensor(op.inputs[1])));
+        c.temp_bytes = mul(4, gathered);
       }
       break;
     }
-    case OpKind::gelu: c.flops_forward = 8 * n, c.flops_backward_input = 16 * n; break;
+    case OpKind::gelu: c.flops_forward = mul(8, n), c.flops_backward_input = mul(16, n); break;
     case OpKind::dropout:
-      c.flops_forward = 2 * n, c.flops_backward_input = 2 * n;
+      c.flops_forward = mul(2, n), c.flops_backward_input = mul(2, n);
       if (op.probability > 0 && masks == DropoutMasks::stored)
         c.private_saved_bytes = n;  // 1-byte mask
       break;
@@ -191,31 +201,31 @@ constexpr OpCost op_cost_on(const Graph& g, const Op& op, const OpShapes& shapes
       grad_flops(1, n);
       break;
     case OpKind::softmax:
-      c.flops_forward = 5 * n, c.flops_backward_input = 4 * n;
-      c.temp_bytes = rows_of(shapes.output, op.dim) * 4;
+      c.flops_forward = mul(5, n), c.flops_backward_input = mul(4, n);
+      c.temp_bytes = mul(rows_of(shapes.output, op.dim), 4);
       break;
     case OpKind::layernorm:
-      c.flops_forward = 8 * n, c.flops_backward_input = 12 * n;
-      grad_flops(1, 2 * n);
+      c.flops_forward = mul(8, n), c.flops_backward_input = mul(12, n);
+      grad_flops(1, mul(2, n));
       grad_flops(2, n);
       if (stats == LayerNormStats::counted)
-        c.private_saved_bytes = 2 * rows_of(shapes.output, op.dim) * 4;
-      c.temp_bytes = 2 * rows_of(shapes.output, op.dim) * 4;
+        c.private_saved_bytes = mul(2, mul(rows_of(shapes.output, op.dim), 4));
+      c.temp_bytes = mul(2, mul(rows_of(shapes.output, op.dim), 4));
       break;
     case OpKind::rmsnorm:
-      c.flops_forward = 4 * n, c.flops_backward_input = 8 * n;
-      grad_flops(1, 2 * n);
+      c.flops_forward = mul(4, n), c.flops_backward_input = mul(8, n);
+      grad_flops(1, mul(2, n));
       if (stats == LayerNormStats::counted)
-        c.private_saved_bytes = rows_of(shapes.output, op.dim) * 4;
-      c.temp_bytes = rows_of(shapes.output, op.dim) * 4;
+        c.private_saved_bytes = mul(rows_of(shapes.output, op.dim), 4);
+      c.temp_bytes = mul(rows_of(shapes.output, op.dim), 4);
       break;
-    case OpKind::silu_mul: c.flops_forward = 5 * n, c.flops_backward_input = 10 * n; break;
-    case OpKind::rotary: c.flops_forward = 3 * n, c.flops_backward_input = 3 * n; break;
+    case OpKind::silu_mul: c.flops_forward = mul(5, n), c.flops_backward_input = mul(10, n); break;
+    case OpKind::rotary: c.flops_forward = mul(3, n), c.flops_backward_input = mul(3, n); break;
     case OpKind::gather: grad_flops(0, n); break;
     case OpKind::softmax_cross_entropy: {
       const std::int64_t logits = shapes.inputs[0].numel();
-      c.flops_forward = 5 * logits, c.flops_backward_input = 2 * logits;
-      c.private_saved_bytes = logits * 4;  // fp32 softmax
+      c.flops_forward = mul(5, logits), c.flops_backward_input = mul(2, logits);
+      c.private_saved_bytes = mul(logits, 4);  // fp32 softmax
       break;
     }
     case OpKind::view: c.bytes_read = 0; break;

@@ -37,6 +37,7 @@
 #include "carto/graph/graph.hpp"
 #include "carto/profile/op_cost.hpp"
 #include "carto/profile/options.hpp"
+#include "carto/util/checked.hpp"
 
 namespace carto {
 
@@ -59,6 +60,13 @@ constexpr std::string_view to_string_view(Phase p) {
   return "?";
 }
 
+namespace detail {
+// total += value, or a carto::Error when a step's FLOP or byte total no longer fits in int64.
+constexpr void grow(std::int64_t& total, std::int64_t value) {
+  total = checked_add(total, value, "a FLOP or byte total of a training step");
+}
+}  // namespace detail
+
 struct MemoryBytes {
   std::int64_t parameters = 0;
   std::int64_t gradients = 0;
@@ -67,7 +75,11 @@ struct MemoryBytes {
   std::int64_t temporaries =
       0;  // everything else: unsaved outputs, gradients of activations, workspace
   [[nodiscard]] constexpr std::int64_t total() const {
-    return parameters + gradients + optimizer + activations + temporaries;
+    std::int64_t sum = 0;
+    for (std::int64_t v : {parameters, gradients, optimizer, activations, temporaries}) {
+      sum = checked_add(sum, v, "the live bytes of a training step");
+    }
+    return sum;
   }
   constexpr std::int64_t& operator[](MemoryCategory c) {
     switch (c) {
@@ -100,7 +112,7 @@ struct LayerProfile {
   std::int64_t saved_bytes = 0;  // kept from forward to backward under the schedule
   std::int64_t params = 0;       // parameters first used in this layer
   [[nodiscard]] constexpr std::int64_t flops_backward() const {
-    return flops_backward_input + flops_backward_weight;
+    return checked_add(flops_backward_input, flops_backward_weight, "the backward FLOPs of an op");
   }
 };
 
@@ -178,7 +190,7 @@ class StepWalk {
     if (alive_[s]) return;
     alive_[s] = true;
     category_[s] = c;
-    live_[c] += bytes_[s];
+    grow(live_[c], bytes_[s]);
   }
   constexpr void release(std::size_t s) {
     if (!alive_[s]) return;
@@ -231,12 +243,13 @@ class StepWalk {
     // Parameters, optimizer states and model totals.
     for (std::size_t i = 0; i < t; ++i) {
       if (g_.tensors()[i].kind != TensorKind::parameter) continue;
-      result_.params += g_.tensors()[i].shape.numel();
-      live_.parameters += bytes_[i];
-      result_.memory.grads_bytes += bytes_[i];
+      grow(result_.params, g_.tensors()[i].shape.numel());
+      grow(live_.parameters, bytes_[i]);
+      grow(result_.memory.grads_bytes, bytes_[i]);
     }
     result_.memory.params_bytes = live_.parameters;
-    live_.optimizer = result_.params * optimizer_bytes_per_param(options_.precision);
+    live_.optimizer = checked_mul(result_.params, optimizer_bytes_per_param(options_.precision),
+                                  "the optimizer state bytes of a model");
     result_.memory.optimizer_bytes = live_.optimizer;
     // Layers.
     std::vector<bool> param_seen(t, false);
@@ -246,35 +259,35 @@ class StepWalk {
     for (std::size_t k = 0; k < n; ++k) {
       const Op& op = g_.ops()[k];
       const OpCost& c = costs_[k];
-      result_.flops.forward += c.flops_forward;
-      result_.flops.backward_input += c.flops_backward_input;
-      result_.flops.backward_weight += c.flops_backward_weight;
+      grow(result_.flops.forward, c.flops_forward);
+      grow(result_.flops.backward_input, c.flops_backward_input);
+      grow(result_.flops.backward_weight, c.flops_backward_weight);
       if (c.matmul) {
-        result_.flops.matmul_forward += c.flops_forward;
-        result_.flops.matmul_backward += c.flops_backward();
+        grow(result_.flops.matmul_forward, c.flops_forward);
+        grow(result_.flops.matmul_backward, c.flops_backward());
       }
       if (op.group < 0) continue;
       LayerProfile& layer = result_.layers[static_cast<std::size_t>(op.group)];
-      layer.flops_forward += c.flops_forward;
-      layer.flops_backward_input += c.flops_backward_input;
-      layer.flops_backward_weight += c.flops_backward_weight;
-      if (c.matmul) layer.matmul_flops_forward += c.flops_forward;
+      grow(layer.flops_forward, c.flops_forward);
+      grow(layer.flops_backward_input, c.flops_backward_input);
+      grow(layer.flops_backward_weight, c.flops_backward_weight);
+      if (c.matmul) grow(layer.matmul_flops_forward, c.flops_forward);
       if (checkpoint_group(k) >= 0) {
-        layer.flops_recompute += c.flops_forward;
+        grow(layer.flops_recompute, c.flops_forward);
       } else {
-        layer.saved_bytes += c.private_saved_bytes;
+        grow(layer.saved_bytes, c.private_saved_bytes);
       }
       for (TensorId in : op.inputs) {
         if (is_param(in) && !param_seen[in.index()]) {
           param_seen[in.index()] = true;
-          layer.params += g_.tensor(in).shape.numel();
+          grow(layer.params, g_.tensor(in).shape.numel());
         }
       }
     }
     for (std::size_t s = 0; s < t; ++s) {
       if (keep_[s] == kNever) continue;
       const std::int32_t grp = g_.ops()[static_cast<std::size_t>(keep_[s])].group;
-      if (grp >= 0) result_.layers[static_cast<std::size_t>(grp)].saved_bytes += bytes_[s];
+      if (grp >= 0) grow(result_.layers[static_cast<std::size_t>(grp)].saved_bytes, bytes_[s]);
     }
     for (const LayerProfile& layer : result_.layers) {
       if (layer.kind == GroupKind::transformer_block) {
@@ -302,7 +315,7 @@ class StepWalk {
       if (op.kind != OpKind::view) alloc(storage(op.output), forward_category(storage(op.output)));
       const std::int64_t priv = costs_[k].private_saved_bytes;
       const bool transient = checkpoint_group(k) >= 0;
-      live_[transient ? MemoryCategory::temporaries : MemoryCategory::activations] += priv;
+      grow(live_[transient ? MemoryCategory::temporaries : MemoryCategory::activations], priv);
       private_live_[k] = !transient && priv > 0;
       event(Phase::forward, kk);
       if (transient) live_.temporaries -= priv;
@@ -336,10 +349,10 @@ class StepWalk {
       const auto k = static_cast<std::size_t>(r);
       const Op& op = g_.ops()[k];
       if (op.kind != OpKind::view) alloc(storage(op.output), forward_category(storage(op.output)));
-      live_.activations += costs_[k].private_saved_bytes;
+      grow(live_.activations, costs_[k].private_saved_bytes);
       private_live_[k] = costs_[k].private_saved_bytes > 0;
-      result_.flops.recompute += costs_[k].flops_forward;
-      if (costs_[k].matmul) result_.flops.matmul_recompute += costs_[k].flops_forward;
+      grow(result_.flops.recompute, costs_[k].flops_forward);
+      if (costs_[k].matmul) grow(result_.flops.matmul_recompute, costs_[k].flops_forward);
       event(Phase::recompute, r);
       auto maybe_free = [&](TensorId x) {
         const std::size_t s = storage(x);
@@ -353,7 +366,7 @@ class StepWalk {
   constexpr void backward() {
     const TensorId result = g_.result();
     grad_[result.index()] = true;
-    live_.temporaries += bytes_[result.index()];
+    grow(live_.temporaries, bytes_[result.index()]);
     std::vector<bool> param_grad(g_.tensors().size(), false);
     for (std::size_t k = g_.num_ops(); k-- > 0;) {
       const auto kk = static_cast<std::int32_t>(k);
@@ -373,14 +386,14 @@ class StepWalk {
           if (is_param(in)) {
             if (!param_grad[in.index()]) {
               param_grad[in.index()] = true;
-              live_.gradients += bytes_[in.index()];
+              grow(live_.gradients, bytes_[in.index()]);
             }
           } else if (needs_grad(in) && !grad_[in.index()]) {
             grad_[in.index()] = true;
-            live_.temporaries += bytes_[in.index()];
+            grow(live_.temporaries, bytes_[in.index()]);
           }
         }
-        live_.temporaries += costs_[k].temp_bytes;
+        grow(live_.temporaries, costs_[k].temp_bytes);
         event(Phase::backward, kk);
         live_.temporaries -= costs_[k].temp_bytes;
         if (op.kind != OpKind::view) {
@@ -414,9 +427,11 @@ class StepWalk {
 
   constexpr void finish() {
     StepFlops& f = result_.flops;
-    f.backward = f.backward_input + f.backward_weight;
-    f.step = f.forward + f.backward + f.recompute;
-    f.matmul_step = f.matmul_forward + f.matmul_backward + f.matmul_recompute;
+    constexpr std::string_view kWhat = "the FLOPs of a training step";
+    f.backward = checked_add(f.backward_input, f.backward_weight, kWhat);
+    f.step = checked_add(checked_add(f.forward, f.backward, kWhat), f.recompute, kWhat);
+    f.matmul_step = checked_add(checked_add(f.matmul_forward, f.matmul_backward, kWhat),
+                                f.matmul_recompute, kWhat);
   }
 
   const Graph& g_;

@@ -90,6 +90,23 @@ struct SearchOptions {
 
 namespace detail {
 
+// The deadline of a search started at `start` with SearchOptions::time_limit_s `limit_s` (0: none).
+// A limit beyond what the clock can hold (about 292 years) is no limit; a negative or NaN one is an
+// error.
+inline std::chrono::steady_clock::time_point search_deadline(
+    std::chrono::steady_clock::time_point start, double limit_s) {
+  using Clock = std::chrono::steady_clock;
+  if (!(limit_s >= 0)) {
+    fail("carto: SearchOptions::time_limit_s is ", limit_s,
+         "; give a positive number of seconds, or 0 for no limit");
+  }
+  if (limit_s == 0) return Clock::time_point::max();
+  const double room = std::chrono::duration<double>(Clock::time_point::max() - start).count();
+  if (limit_s >= room * 0.5) return Clock::time_point::max();
+  return start +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
+}
+
 // The ZeRO stages whose DPs are run for `stages`. Stages 0, 1 and 2 differ only in the persistent
 // bytes of a parameter (optimizer states, then gradients, sharded over its replicas, rounded up,
 // so never more), not in time or in any other memory: every plan under stage 0 or 1 takes the
@@ -142,11 +159,16 @@ template <class MakeGraph>
 Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_batch,
             std::int64_t devices, const HardwareProfile& hw, const SearchOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline =
-      options.time_limit_s > 0
-          ? start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double>(options.time_limit_s))
-          : std::chrono::steady_clock::time_point::max();
+  const auto deadline = detail::search_deadline(start, options.time_limit_s);
+  // The time limit holds everywhere the search spends time: graph building, strategy
+  // enumeration and pricing between the DPs, as well as inside them (DpOptions::deadline).
+  auto check_time = [&](std::string_view during) {
+    if (deadline != std::chrono::steady_clock::time_point::max() &&
+        std::chrono::steady_clock::now() > deadline) {
+      detail::fail("carto: the search passed its time limit of ", options.time_limit_s, " s ",
+                   during);
+    }
+  };
   struct Best {
     bool found = false;
     double time = 0;
@@ -183,7 +205,9 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
   for (const std::int64_t m : options.micro_batches) {
     if (m < 1 || global_batch % m != 0) continue;
     any_micro = true;
+    check_time("before building a graph");
     graphs.push_back(make_graph(global_batch / m));
+    check_time("while building the graphs");
     const Graph& g = graphs.back();
     std::vector<std::string> classes;
     for (const DeviceMesh& mesh : meshes) {
@@ -197,6 +221,7 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
                                  .dropout_masks = options.dropout_masks,
                                  .gradient_reduction = options.gradient_reduction};
       const StrategyFilter filter = pin_filter(g, mesh, options.pins, sopt);
+      check_time("while enumerating strategies");
       for (const int zero : detail::zero_stages_to_run(options.zero_stages)) {
         configs.push_back(
             {.graph = graphs.size() - 1, .micro = m, .mesh = mesh, .filter = filter, .zero = zero});
@@ -269,6 +294,7 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
   for (Config& c : configs) {
     c.parameters = least_parameter_bytes(graphs[c.graph], c.mesh, hw,
                                          dp_options(c, options.memory_budget), c.filter);
+    check_time("while pricing the configurations' parameters");
   }
   auto sweep = [&](std::int64_t budget) {
     if (options.time_bounds) {

@@ -5,7 +5,10 @@
 // input_specs, output_spec, checkpointed), predicted time and memory with their breakdowns,
 // frontier, search_time_s. plan_from_json checks the format, every field and that the plan fits
 // the given graph and mesh, naming the field that does not; a file written before the space was
-// recorded reads as the full space.
+// recorded reads as the full space. Every number is range-checked before any conversion, and every
+// op's strategy_index must name the strategy its text fields spell (check_strategy_indices), so an
+// edited index is an error rather than another plan run silently. read_plan_json reads a file with
+// a size bound; save_plan writes one atomically.
 #pragma once
 
 #include <algorithm>
@@ -22,6 +25,8 @@
 #include "carto/search/plan.hpp"
 #include "carto/search/space.hpp"
 #include "carto/spec/text.hpp"
+#include "carto/util/checked.hpp"
+#include "carto/util/files.hpp"
 #include "carto/util/json.hpp"
 #include "carto/util/units.hpp"
 
@@ -104,15 +109,66 @@ auto typed(const Json& j, std::string_view path, F&& get) {
     fail("carto: plan file: field '", path, "' has the wrong type (", e.what(), ")");
   }
 }
+// A whole number in [lo, hi], checked before any narrowing conversion.
+inline std::int64_t count_field(const Json& j, std::string_view path, std::int64_t lo,
+                                std::int64_t hi) {
+  const std::int64_t v = typed(j, path, [](const Json& x) { return x.as_int(); });
+  if (v < lo || v > hi) {
+    fail("carto: plan file: field '", path, "' is ", v, "; it must be a whole number in [", lo,
+         ", ", hi, "]");
+  }
+  return v;
+}
+// A finite number in [lo, hi).
+inline double real_field(const Json& j, std::string_view path, double lo, double hi) {
+  const double v = typed(j, path, [](const Json& x) { return x.as_double(); });
+  if (!std::isfinite(v) || !(v >= lo) || !(v < hi)) {
+    fail("carto: plan file: field '", path, "' is ", v, "; it must be a finite number in [", lo,
+         ", ", hi, ")");
+  }
+  return v;
+}
+// A plan's largest micro-batch count: one sequence per micro-batch of a 2^20-sequence batch.
+inline constexpr std::int64_t kMaxPlanMicroBatches = std::int64_t{1} << 20;
+inline constexpr double kMaxPlanSeconds = 1e12;  // step and search times, a bound for sanity
+
+// Checks that every op's strategy_index names the strategy its text fields describe (enumerated
+// again on the plan's mesh), so a plan cannot print as one plan and run another.
+inline void check_strategy_indices(const Plan& p, const Graph& g) {
+  StrategyCache cache(p.mesh, StrategyOptions{.precision = p.precision,
+                                              .gradient_reduction = p.gradient_reduction});
+  for (std::size_t k = 0; k < p.ops.size(); ++k) {
+    const OpId o{static_cast<std::int32_t>(k)};
+    const std::size_t n = cache.of(g, o).size();
+    if (p.strategy[k] >= n) {
+      fail("carto: plan file: field 'ops[", k, "].strategy_index' is ", p.strategy[k], "; op '",
+           p.ops[k].name, "' has ", n, " strategies on mesh ", p.mesh, " (0 to ", n - 1, ")");
+    }
+    const Strategy s = cache.at(g, o, p.strategy[k]);
+    const PlanOp& op = p.ops[k];
+    std::vector<std::string> inputs;
+    for (const ShardingSpec& spec : s.sharding.inputs) inputs.push_back(to_string(spec));
+    const std::string output = to_string(s.sharding.output);
+    const char* wrong = op.strategy != to_string(s) ? "strategy"
+                        : op.input_specs != inputs  ? "input_specs"
+                        : op.output_spec != output  ? "output_spec"
+                                                    : nullptr;
+    if (wrong != nullptr) {
+      fail("carto: plan file: field 'ops[", k, "].", wrong, "' of op '", op.name,
+           "' does not match its strategy_index ", p.strategy[k], ", which is ", to_string(s),
+           "; the file was edited: restore it, or search the plan again");
+    }
+  }
+}
 }  // namespace detail
 
 // Reads a plan and checks it against the graph and mesh it is meant for; errors name the field.
 inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh = nullptr) {
+  using detail::count_field;
   using detail::field;
+  using detail::real_field;
   using detail::typed;
   auto str = [](const Json& v) { return v.as_string(); };
-  auto i64 = [](const Json& v) { return v.as_int(); };
-  auto dbl = [](const Json& v) { return v.as_double(); };
   Plan p;
   const std::string format = typed(field(j, "", "format"), "format", str);
   if (format != kPlanFormat) {
@@ -121,9 +177,11 @@ inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh
   }
   p.model = typed(field(j, "", "model"), "model", str);
   const Json& fp = field(j, "", "fingerprint");
-  p.fingerprint_ops = typed(field(fp, "fingerprint", "ops"), "fingerprint.ops", i64);
-  p.fingerprint_groups = typed(field(fp, "fingerprint", "groups"), "fingerprint.groups", i64);
-  p.fingerprint_tensors = typed(field(fp, "fingerprint", "tensors"), "fingerprint.tensors", i64);
+  p.fingerprint_ops = count_field(field(fp, "fingerprint", "ops"), "fingerprint.ops", 0, kInt64Max);
+  p.fingerprint_groups =
+      count_field(field(fp, "fingerprint", "groups"), "fingerprint.groups", 0, kInt64Max);
+  p.fingerprint_tensors =
+      count_field(field(fp, "fingerprint", "tensors"), "fingerprint.tensors", 0, kInt64Max);
   if (p.fingerprint_ops != static_cast<std::int64_t>(g.num_ops()) ||
       p.fingerprint_groups != static_cast<std::int64_t>(g.groups().size()) ||
       p.fingerprint_tensors != static_cast<std::int64_t>(g.tensors().size())) {
@@ -149,10 +207,7 @@ inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh
     p.space = SearchSpace::full;  // written before the space was recorded
   }
   if (const Json* v = j.find("tolerance")) {
-    p.tolerance = typed(*v, "tolerance", dbl);
-    if (!(p.tolerance >= 0) || !std::isfinite(p.tolerance))
-      detail::fail("carto: plan file: field 'tolerance' is ", p.tolerance,
-                   "; it must be a finite number ≥ 0");
+    p.tolerance = real_field(*v, "tolerance", 0.0, 1.0);
   }
   // Written before precision was recorded: fp32, which is what the runtime trained then.
   p.precision = Precision::fp32;
@@ -180,18 +235,16 @@ inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh
     const std::string name = typed(field(a, "mesh[]", "name"), "mesh[].name", str);
     if (!is_valid_name(name))
       detail::fail("carto: plan file: field 'mesh[].name' is '", name, "', not an axis name");
-    axes.push_back({AxisName(name), typed(field(a, "mesh[]", "size"), "mesh[].size", i64)});
+    axes.push_back(
+        {AxisName(name), count_field(field(a, "mesh[]", "size"), "mesh[].size", 1, kMaxDevices)});
   }
   p.mesh = detail::mesh_from_axes(axes);
   if (mesh != nullptr && !(*mesh == p.mesh)) {
     detail::fail("carto: plan file: field 'mesh' is ", p.mesh, " but the run's mesh is ", *mesh);
   }
-  p.zero_stage = static_cast<int>(typed(field(j, "", "zero_stage"), "zero_stage", i64));
-  if (p.zero_stage < 0 || p.zero_stage > 3)
-    detail::fail("carto: plan file: field 'zero_stage' is ", p.zero_stage, "; use 0-3");
-  p.micro_batches = typed(field(j, "", "micro_batches"), "micro_batches", i64);
-  if (p.micro_batches < 1)
-    detail::fail("carto: plan file: field 'micro_batches' must be at least 1");
+  p.zero_stage = static_cast<int>(count_field(field(j, "", "zero_stage"), "zero_stage", 0, 3));
+  p.micro_batches =
+      count_field(field(j, "", "micro_batches"), "micro_batches", 1, detail::kMaxPlanMicroBatches);
   const auto& ops = typed(field(j, "", "ops"), "ops", [](const Json& v) { return v.as_array(); });
   if (ops.size() != g.num_ops()) {
     detail::fail("carto: plan file: field 'ops' has ", ops.size(), " entries; the model has ",
@@ -208,7 +261,8 @@ inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh
     }
     op.strategy = typed(field(o, "ops[]", "strategy"), "ops[].strategy", str);
     p.strategy.push_back(static_cast<std::size_t>(
-        typed(field(o, "ops[]", "strategy_index"), "ops[].strategy_index", i64)));
+        count_field(field(o, "ops[]", "strategy_index"),
+                    detail::concat("ops[", k, "].strategy_index"), 0, kInt64Max)));
     for (const Json& s : typed(field(o, "ops[]", "input_specs"), "ops[].input_specs",
                                [](const Json& v) { return v.as_array(); })) {
       op.input_specs.push_back(typed(s, "ops[].input_specs[]", str));
@@ -220,37 +274,61 @@ inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh
                             [](const Json& v) { return v.as_bool(); });
     p.ops.push_back(std::move(op));
   }
+  detail::check_strategy_indices(p, g);
+  constexpr double kSeconds = detail::kMaxPlanSeconds;
   const Json& pred = field(j, "", "predicted");
-  p.step_time_s = typed(field(pred, "predicted", "step_time_s"), "predicted.step_time_s", dbl);
-  p.peak_memory_bytes =
-      typed(field(pred, "predicted", "peak_memory_bytes"), "predicted.peak_memory_bytes", i64);
+  p.step_time_s =
+      real_field(field(pred, "predicted", "step_time_s"), "predicted.step_time_s", 0, kSeconds);
+  p.peak_memory_bytes = count_field(field(pred, "predicted", "peak_memory_bytes"),
+                                    "predicted.peak_memory_bytes", 0, kInt64Max);
   for (const auto& [k, v] :
        typed(field(pred, "predicted", "time_breakdown"), "predicted.time_breakdown",
              [](const Json& x) { return x.as_object(); })) {
-    p.time_breakdown[k] = typed(v, "predicted.time_breakdown", dbl);
+    p.time_breakdown[k] =
+        real_field(v, detail::concat("predicted.time_breakdown.", k), 0, kSeconds);
   }
   for (const auto& [k, v] :
        typed(field(pred, "predicted", "memory_breakdown"), "predicted.memory_breakdown",
              [](const Json& x) { return x.as_object(); })) {
-    p.memory_breakdown[k] = typed(v, "predicted.memory_breakdown", i64);
+    p.memory_breakdown[k] =
+        count_field(v, detail::concat("predicted.memory_breakdown.", k), 0, kInt64Max);
   }
   for (const Json& f :
        typed(field(j, "", "frontier"), "frontier", [](const Json& v) { return v.as_array(); })) {
     p.frontier.push_back(
-        {.time_s = typed(field(f, "frontier[]", "time_s"), "frontier[].time_s", dbl),
-         .peak_bytes = typed(field(f, "frontier[]", "peak_memory_bytes"),
-                             "frontier[].peak_memory_bytes", i64),
+        {.time_s = real_field(field(f, "frontier[]", "time_s"), "frontier[].time_s", 0, kSeconds),
+         .peak_bytes = count_field(field(f, "frontier[]", "peak_memory_bytes"),
+                                   "frontier[].peak_memory_bytes", 0, kInt64Max),
          .mesh = typed(field(f, "frontier[]", "mesh"), "frontier[].mesh", str),
          .zero_stage = static_cast<int>(
-             typed(field(f, "frontier[]", "zero_stage"), "frontier[].zero_stage", i64)),
+             count_field(field(f, "frontier[]", "zero_stage"), "frontier[].zero_stage", 0, 3)),
          .micro_batches =
-             typed(field(f, "frontier[]", "micro_batches"), "frontier[].micro_batches", i64)});
+             count_field(field(f, "frontier[]", "micro_batches"), "frontier[].micro_batches", 1,
+                         detail::kMaxPlanMicroBatches)});
   }
-  p.search_time_s = typed(field(j, "", "search_time_s"), "search_time_s", dbl);
-  if (const Json* v = j.find("configurations")) p.configurations = typed(*v, "configurations", i64);
+  p.search_time_s = real_field(field(j, "", "search_time_s"), "search_time_s", 0, kSeconds);
+  if (const Json* v = j.find("configurations"))
+    p.configurations = count_field(*v, "configurations", 0, kInt64Max);
   if (const Json* v = j.find("configurations_searched"))
-    p.configurations_searched = typed(*v, "configurations_searched", i64);
+    p.configurations_searched = count_field(*v, "configurations_searched", 0, p.configurations);
   return p;
+}
+
+// The JSON of the plan file `path`: a regular file of at most kMaxPlanFileBytes (64 MiB), parsed;
+// errors name the file.
+inline Json read_plan_json(const std::string& path) {
+  const std::string text = read_file_bounded(path, kMaxPlanFileBytes, "plan file");
+  try {
+    return Json::parse(text);
+  } catch (const Error& e) {
+    detail::fail("carto: the plan file '", path, "' is not a plan: ", e.what());
+  }
+}
+
+// Writes the plan as JSON to `path` atomically (util/files.hpp): a failed write leaves the old
+// file.
+inline void save_plan(const Plan& p, const std::string& path) {
+  atomic_write(path, to_json(p).dump(2) + "\n", "plan");
 }
 
 inline std::ostream& operator<<(std::ostream& out, const Plan& p) {

@@ -3,7 +3,8 @@
 // Design note: a mesh is an ordered list of named axes with sizes, e.g. {dp:2, tp:4}; devices are
 // numbered row-major (the last axis varies fastest). The last axis is the innermost one: it maps
 // onto the fastest links (same node, NVLink). Compile-time form: Mesh<Axis<"dp",2>, Axis<"tp",4>>;
-// run-time form: DeviceMesh. Invariants: 1 to kMaxMeshAxes axes, distinct valid names, sizes >= 1.
+// run-time form: DeviceMesh. Invariants: 1 to kMaxMeshAxes axes, distinct valid names, sizes >= 1,
+// at most kMaxDevices (2^20) devices in all (util/checked.hpp).
 #pragma once
 
 #include <cstddef>
@@ -15,6 +16,7 @@
 
 #include "carto/error.hpp"
 #include "carto/spec/shape.hpp"
+#include "carto/util/checked.hpp"
 #include "carto/util/name.hpp"
 #include "carto/util/static_vector.hpp"
 
@@ -37,7 +39,8 @@ enum class MeshProblem : std::uint8_t {
   too_many_axes,
   bad_name,
   duplicate_name,
-  bad_size
+  bad_size,
+  too_many_devices  // the product of the sizes exceeds kMaxDevices
 };
 
 struct MeshCheck {
@@ -72,6 +75,12 @@ class DeviceMesh {
         if (axes[j].name == axes[i].name) return {MeshProblem::duplicate_name, i, j};
       }
     }
+    std::int64_t devices = 1;
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      if (__builtin_mul_overflow(devices, axes[i].size, &devices) || devices > kMaxDevices) {
+        return {MeshProblem::too_many_devices, i};
+      }
+    }
     return {};
   }
 
@@ -80,7 +89,7 @@ class DeviceMesh {
   [[nodiscard]] constexpr const MeshAxis& axis(std::size_t i) const { return axes_[i]; }
   [[nodiscard]] constexpr std::int64_t num_devices() const {
     std::int64_t n = 1;
-    for (const MeshAxis& a : axes_) n *= a.size;
+    for (const MeshAxis& a : axes_) n = checked_mul(n, a.size, "the device count of a mesh");
     return n;
   }
   [[nodiscard]] constexpr std::optional<std::size_t> find(const AxisName& name) const {
@@ -162,6 +171,12 @@ namespace detail {
     case MeshProblem::bad_size:
       fail("carto: mesh axis '", axes[check.axis].name, "' has size ", axes[check.axis].size,
            "; sizes must be at least 1");
+    case MeshProblem::too_many_devices: {
+      std::string sizes;
+      for (const MeshAxis& a : axes) sizes += concat(sizes.empty() ? "" : " x ", a.size);
+      fail("carto: a mesh of ", sizes, " devices has more than ", kMaxDevices,
+           " (2^20) devices, the most carto supports; use smaller axis sizes");
+    }
     case MeshProblem::none: break;
   }
   fail("carto: invalid mesh");

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "carto/error.hpp"
+#include "carto/util/checked.hpp"
 #include "carto/util/name.hpp"
 #include "carto/util/static_vector.hpp"
 
@@ -78,7 +79,7 @@ class TensorShape {
   [[nodiscard]] constexpr const StaticVector<DimExtent, kMaxRank>& dims() const { return dims_; }
   [[nodiscard]] constexpr std::int64_t numel() const {
     std::int64_t n = 1;
-    for (const DimExtent& d : dims_) n *= d.extent;
+    for (const DimExtent& d : dims_) n = checked_mul(n, d.extent, "the element count of a shape");
     return n;
   }
 

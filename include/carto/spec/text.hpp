@@ -85,8 +85,18 @@ class Cursor {
   [[noreturn]] void error(std::string_view expected) {
     skip_space();
     const std::string found = pos_ < text_.size() ? concat("'", text_[pos_], "'") : "the end";
-    fail("carto: cannot parse ", what_, " '", text_, "': at position ", pos_, ": expected ",
+    fail("carto: cannot parse ", what_, " '", quoted(), "': at position ", pos_, ": expected ",
          expected, ", found ", found);
+  }
+  // The text, or for a long one (kQuoteLimit characters and more) the part around the error
+  // position with the length: a 100 KB mistake is not echoed in full.
+  [[nodiscard]] std::string quoted() const {
+    constexpr std::size_t kQuoteLimit = 96;
+    if (text_.size() < kQuoteLimit) return std::string(text_);
+    const std::size_t from = pos_ > kQuoteLimit / 2 ? pos_ - kQuoteLimit / 2 : 0;
+    const std::string_view part = text_.substr(from, kQuoteLimit);
+    return concat(from > 0 ? "..." : "", part, from + part.size() < text_.size() ? "..." : "",
+                  "' (", text_.size(), " characters) '");
   }
   [[nodiscard]] std::size_t position() const { return pos_; }
 

@@ -36,7 +36,7 @@ struct Tensor {
 
   [[nodiscard]] constexpr TensorShape shape_value() const { return shape.value(); }
   [[nodiscard]] constexpr std::int64_t bytes() const {
-    return shape.value().numel() * size_bytes(Type);
+    return checked_mul(shape.value().numel(), size_bytes(Type), "the byte size of a tensor");
   }
 };
 
@@ -124,7 +124,8 @@ class Sharded {
     return carto::local_shape(global_shape(), spec(), mesh());
   }
   [[nodiscard]] constexpr std::int64_t local_bytes() const {
-    return local_shape().numel() * size_bytes(TensorT::dtype);
+    return checked_mul(local_shape().numel(), size_bytes(TensorT::dtype),
+                       "the byte size of a tensor shard");
   }
   [[nodiscard]] constexpr Slice slice(std::int64_t device) const {
     return device_slice(global_shape(), spec(), mesh(), device);

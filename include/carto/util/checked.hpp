@@ -26,7 +26,7 @@ inline constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max
 // the bound. 2^20 devices is beyond any cluster built; a mesh's devices are walked one by one.
 inline constexpr std::int64_t kMaxDevices = std::int64_t{1} << 20;
 // Layers of one model: the graph holds every layer's ops, the profiler walks them one by one.
-inline constexpr std::int64_t kMaxLayers = 100'000;
+inline constexpr std::int64_t kMaxLayers = 10'000;
 // Thread ranks in one process (the CPU backend starts one thread per rank).
 inline constexpr std::int64_t kMaxThreadRanks = 256;
 

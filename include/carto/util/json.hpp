@@ -412,7 +412,12 @@ class JsonParser {
       const long long v = std::strtoll(token.c_str(), &end, 10);
       if (errno == 0) return Json(v);
     }
-    return Json(std::strtod(token.c_str(), nullptr));
+    const double v = std::strtod(token.c_str(), nullptr);
+    if (!std::isfinite(v)) {
+      pos_ = start;
+      error("a number within the range of a double (at most about 1.8e308 in magnitude)");
+    }
+    return Json(v);
   }
 
   std::string_view text_;

@@ -1,30 +1,44 @@
-// Calibration of the CPU backend's hardware profile: fp32 GEMM FLOP/s (OpenBLAS cblas_sgemm on one
-// thread), memory bandwidth (a large copy), and the thread-to-thread exchange bandwidth and latency
-// (two threads swapping buffers as the thread communicator will). After the benchmarks it writes a
-// `cpu` hardware profile JSON file that load_hardware_profile() reads back, and prints each
-// measured figure beside the built-in `cpu` profile's.
+// Calibration of the CPU backend's hardware profile. Measures, at 1 thread and at every core,
+// rates per second of process CPU time (times the threads), so that a machine other programs load
+// still yields what its cores reach when the ranks have them (the thread link is timed on the wall
+// clock and is only right on an idle machine):
+//  - fp32 GEMM FLOP/s by shape class (OpenBLAS cblas_sgemm, from 64³ through the tall-skinny
+//    shapes of a transformer's projections to 2048³): the profile's matmul_rates curve;
+//  - copy bandwidth (a 256 MiB memcpy split over the threads), and the loop kernels the runtime
+//    runs on every step (CpuBackend add_scaled and scale over 16 Mi elements), whose rate
+//    is the profile's memory_bandwidth: the roofline prices memory-bound kernels by it;
+//  - the thread communicator (ThreadComm, 2 ranks): all-reduce latency and bus bandwidth.
+// Then it writes the `cpu` profile where cpu_profile() finds it (cost/hardware.hpp):
 //
 //   bench_calibrate [--profile_out=PATH] [benchmark flags]
-// PATH defaults to $CARTO_CPU_PROFILE, else build/cpu-profile.json (relative to the working
-// directory). The file is written only when every figure was measured (no --benchmark_filter).
+// PATH defaults to cpu_profile_path(): $CARTO_CPU_PROFILE, else $XDG_CONFIG_HOME/carto/, else
+// ~/.config/carto/cpu-profile.json. The file is written atomically (a temporary file in the same
+// folder, fsync, rename) and only when every figure was measured (no --benchmark_filter).
 //
 // Model behind the figures (cost/hardware.hpp, cost/collectives.hpp): a copy of S bytes moves 2S
-// bytes (read + write), so memory_bandwidth = 2S / t. One exchange of `size` bytes each way between
-// 2 ranks is an all-gather of S = 2·size over n = 2: t = (n-1)·α + (n-1)/n · S / B = α + size / B,
-// so α is the time of an 8-byte exchange and B = size / (t - α) at 64 MiB.
+// bytes (read + write); add_scaled moves 12 bytes per fp32 element (x read, y read and written),
+// scale 8 (x read, y written). An all-reduce of S bytes over n = 2
+// ranks takes 2(n-1)·α + 2(n-1)/n · S/B = 2α + S/B, so α is half the time of an 8-byte
+// all-reduce and B = S / (t - 2α) at 64 MiB. Loop kernels at more threads than the backend uses
+// are scaled by the copy bandwidth's gain at that thread count.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
+#include <array>
 #include <carto/cost.hpp>
+#include <carto/runtime/thread_comm.hpp>
+#include <carto/util/files.hpp>
 #include <chrono>
+#include <cpu/cpu_backend.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,16 +47,21 @@ namespace {
 
 using namespace carto;
 
-// Mean rates as the benchmarks report them (GEMM: the best size); 0 = not measured.
-struct Measured {
-  double sgemm_flops = 0;
-  double copy_bandwidth = 0;
-  double exchange_latency = 0;  // mean seconds of an 8-byte exchange
-  double exchange_large_s = 0;  // mean seconds of a 64 MiB exchange
-} g_measured;
+const int kCores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 
-constexpr std::int64_t kSmallExchange = 8;
-constexpr std::int64_t kLargeExchange = 64LL << 20;
+// Figures as the benchmarks report them, by thread count; 0 = not measured.
+struct PerThreads {
+  std::map<double, double> gemm;  // FLOPs of one call -> best FLOP/s
+  double copy = 0;                // bytes/s
+  double add_scaled = 0;          // bytes/s
+  double adamw = 0;               // bytes/s
+};
+std::map<int, PerThreads> g_rates;
+double g_allreduce_small_s = 0;
+double g_allreduce_large_s = 0;
+
+constexpr std::int64_t kSmallMessage = 8;
+constexpr std::int64_t kLargeMessage = 64LL << 20;
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -52,109 +71,131 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
   return v;
 }
 
-// C (N x N) = A (N x N) · B (N x N), fp32, row-major: 2·N³ FLOPs.
+// C (M x N) = A (M x K) · B (K x N), fp32, row-major: 2·M·N·K FLOPs. Args: threads, M, N, K.
+// The shapes: cubes from 64 to 2048, and the projections of GPT-2 124M at 256 tokens per rank
+// (hidden 768: QKV 768 -> 2304, MLP 768 -> 3072, its weight gradient 768 x 3072 over 256 tokens).
 void BM_Sgemm(benchmark::State& state) {
-  openblas_set_num_threads(1);
-  const int n = static_cast<int>(state.range(0));
-  const std::size_t nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
-  const std::vector<float> a = random_floats(nn, 1);
-  const std::vector<float> b = random_floats(nn, 2);
-  std::vector<float> c(nn);
+  const int threads = static_cast<int>(state.range(0));
+  openblas_set_num_threads(threads);
+  const int m = static_cast<int>(state.range(1));
+  const int n = static_cast<int>(state.range(2));
+  const int k = static_cast<int>(state.range(3));
+  const auto size = [](int r, int c) {
+    return static_cast<std::size_t>(r) * static_cast<std::size_t>(c);
+  };
+  const std::vector<float> a = random_floats(size(m, k), 1);
+  const std::vector<float> b = random_floats(size(k, n), 2);
+  std::vector<float> c(size(m, n));
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n,
                 0.0f, c.data(), n);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  const double flops = 2.0 * n * n * static_cast<double>(n);
-  state.counters["FLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
-                                                benchmark::Counter::kIsRate);
+  const double flops = 2.0 * m * n * static_cast<double>(k);
+  // Per process CPU second times the threads: what `threads` cores of their own would reach.
+  state.counters["FLOP/s"] = benchmark::Counter(
+      flops * threads * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["call_flops"] = flops;
   state.counters["profile_FLOP/s"] = hardware::cpu().peak_flops.fp32;
+  openblas_set_num_threads(1);
 }
-BENCHMARK(BM_Sgemm)->RangeMultiplier(2)->Range(256, 2048)->Unit(benchmark::kMillisecond);
+void sgemm_shapes(benchmark::internal::Benchmark* b) {
+  const std::vector<std::array<int, 3>> shapes = {
+      {64, 64, 64},     {128, 128, 128},  {256, 256, 256},    {256, 768, 768},
+      {256, 2304, 768}, {768, 3072, 256}, {1024, 1024, 1024}, {2048, 2048, 2048}};
+  for (int t : {1, kCores}) {
+    for (const auto& s : shapes) b->Args({t, s[0], s[1], s[2]});
+    if (kCores == 1) break;
+  }
+}
+BENCHMARK(BM_Sgemm)->Apply(sgemm_shapes)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
 
-// A copy of `bytes` bytes: 2·bytes of memory traffic.
+// A copy of `bytes` bytes split over `threads` threads: 2·bytes of memory traffic.
 void BM_Copy(benchmark::State& state) {
-  const std::size_t bytes = static_cast<std::size_t>(state.range(0));
+  const int threads = static_cast<int>(state.range(0));
+  const std::size_t bytes = 256u << 20;
   std::vector<char> src(bytes, 1);
   std::vector<char> dst(bytes, 0);
+  const std::size_t part = bytes / static_cast<std::size_t>(threads);
   for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), bytes);
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const std::size_t at = part * static_cast<std::size_t>(t);
+        std::memcpy(dst.data() + at, src.data() + at, t + 1 == threads ? bytes - at : part);
+      });
+    }
+    std::memcpy(dst.data(), src.data(), threads == 1 ? bytes : part);
+    for (std::thread& th : pool) th.join();
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
+  state.counters["bytes/s"] = benchmark::Counter(
+      2.0 * static_cast<double>(bytes) * threads * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+  state.counters["profile_bytes/s"] = hardware::cpu().memory_bandwidth;
+}
+BENCHMARK(BM_Copy)->Arg(1)->Arg(kCores)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
+
+// The runtime's loop kernels on one CpuBackend (as a rank runs them).
+void BM_LoopKernel(benchmark::State& state) {
+  const bool adamw = state.range(0) == 1;  // arg 1: scale
+  constexpr std::int64_t kElements = 16LL << 20;
+  cpu::CpuBackend backend;
+  const TensorShape shape{{"elements", kElements}};
+  // The CPU backend's device memory is host memory: plain vectors serve as its tensors.
+  std::vector<std::vector<float>> data;
+  std::vector<TensorView> views;
+  for (int i = 0; i < 4; ++i) {
+    data.push_back(
+        random_floats(static_cast<std::size_t>(kElements), static_cast<unsigned>(10 + i)));
+    views.push_back({.data = data.back().data(), .shape = shape, .dtype = DType::fp32});
+  }
+  for (auto _ : state) {
+    if (adamw) {
+      backend.scale(views[1], 0.5f, views[0]);
+    } else {
+      backend.add_scaled(views[1], 0.5f, views[0]);
+    }
+    backend.synchronize();
+  }
+  const double per_element = adamw ? 8.0 : 12.0;
+  state.SetLabel(adamw ? "scale" : "add_scaled");
   state.counters["bytes/s"] =
-      benchmark::Counter(2.0 * static_cast<double>(bytes) * static_cast<double>(state.iterations()),
+      benchmark::Counter(per_element * kElements * static_cast<double>(state.iterations()),
                          benchmark::Counter::kIsRate);
   state.counters["profile_bytes/s"] = hardware::cpu().memory_bandwidth;
 }
-BENCHMARK(BM_Copy)->Arg(256LL << 20)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LoopKernel)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
 
-// Two ranks (this thread and a peer) each copy `size` bytes into the other's receive buffer, then
-// publish a sequence number and wait for the peer's: one exchange per iteration.
-class Exchange {
- public:
-  explicit Exchange(std::size_t size)
-      : send_{std::vector<char>(size, 1), std::vector<char>(size, 2)},
-        recv_{std::vector<char>(size, 0), std::vector<char>(size, 0)},
-        peer_([this] { run_peer(); }) {}
-  ~Exchange() {
-    stop_.store(true, std::memory_order_release);
-    round_[0].fetch_add(1, std::memory_order_release);
-    peer_.join();
-  }
-  Exchange(const Exchange&) = delete;
-  Exchange& operator=(const Exchange&) = delete;
-
-  void once() { step(0); }
-
- private:
-  void step(int rank) {
-    const int other = 1 - rank;
-    std::memcpy(recv_[other].data(), send_[rank].data(), send_[rank].size());
-    const std::uint64_t mine = round_[rank].fetch_add(1, std::memory_order_acq_rel) + 1;
-    while (round_[other].load(std::memory_order_acquire) < mine) std::this_thread::yield();
-  }
-  void run_peer() {
-    for (std::uint64_t k = 1;; ++k) {
-      while (round_[0].load(std::memory_order_acquire) < k) std::this_thread::yield();
-      if (stop_.load(std::memory_order_acquire)) return;
-      step(1);
-    }
-  }
-
-  std::vector<char> send_[2];
-  std::vector<char> recv_[2];
-  std::atomic<std::uint64_t> round_[2] = {0, 0};
-  std::atomic<bool> stop_{false};
-  std::thread peer_;
-};
-
-void BM_ThreadExchange(benchmark::State& state) {
+// One all-reduce of `size` bytes (fp32 sum) on 2 thread ranks; 64 all-reduces timed per round on
+// rank 0 after a barrier.
+void BM_ThreadAllReduce(benchmark::State& state) {
   const std::int64_t size = state.range(0);
-  double total = 0;
-  {
-    Exchange ex(static_cast<std::size_t>(size));
-    for (auto _ : state) {
+  const int reps = size >= (1 << 20) ? 4 : 256;
+  for (auto _ : state) {
+    double seconds = 0;
+    run_threads(2, [&](Communicator& world) {
+      std::vector<float> buffer(static_cast<std::size_t>(size) / sizeof(float), 1.0f);
+      world.barrier().wait();
+      world.all_reduce(std::span<float>(buffer), ReduceOp::sum).wait();  // warm
+      world.barrier().wait();
       const auto t0 = std::chrono::steady_clock::now();
-      ex.once();
-      total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
+      for (int r = 0; r < reps; ++r)
+        world.all_reduce(std::span<float>(buffer), ReduceOp::sum).wait();
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (world.rank() == 0) seconds = t / reps;
+    });
+    state.SetIterationTime(seconds);
   }
-  const double mean = total / static_cast<double>(state.iterations());
-  // busbw of an all-gather of S = 2·size over 2 ranks: (S / t) · 1/2 = size / t.
-  state.counters["busbw"] = static_cast<double>(size) / mean;
-  state.counters["profile_busbw"] = hardware::cpu().links[0].bandwidth;
-  state.counters["mean_s"] = mean;
-  if (size == kSmallExchange) g_measured.exchange_latency = mean;
-  if (size == kLargeExchange) g_measured.exchange_large_s = mean;
 }
-BENCHMARK(BM_ThreadExchange)
-    ->Arg(kSmallExchange)
+BENCHMARK(BM_ThreadAllReduce)
+    ->Arg(kSmallMessage)
     ->Arg(64 << 10)
     ->Arg(1 << 20)
-    ->Arg(kLargeExchange)
-    ->UseRealTime()
+    ->Arg(kLargeMessage)
+    ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
 // Keeps the best rate of each figure as the benchmarks report it.
@@ -163,15 +204,27 @@ class Recorder : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
       if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
-      const auto rate = [&](const char* name) {
+      const auto counter = [&](const char* name) {
         const auto it = r.counters.find(name);
         return it == r.counters.end() ? 0.0 : it->second.value;
       };
       const std::string name = r.benchmark_name();
+      const auto arg = [&](std::size_t i) {  // the i-th "/N" of the name
+        std::size_t at = 0;
+        for (std::size_t k = 0; k <= i; ++k) at = name.find('/', at) + 1;
+        return std::atoi(name.c_str() + at);
+      };
+      const auto keep = [](double& slot, double v) { slot = std::max(slot, v); };
       if (name.rfind("BM_Sgemm", 0) == 0)
-        g_measured.sgemm_flops = std::max(g_measured.sgemm_flops, rate("FLOP/s"));
-      if (name.rfind("BM_Copy", 0) == 0)
-        g_measured.copy_bandwidth = std::max(g_measured.copy_bandwidth, rate("bytes/s"));
+        keep(g_rates[arg(0)].gemm[counter("call_flops")], counter("FLOP/s"));
+      if (name.rfind("BM_Copy", 0) == 0) keep(g_rates[arg(0)].copy, counter("bytes/s"));
+      if (name.rfind("BM_LoopKernel/0", 0) == 0) keep(g_rates[1].add_scaled, counter("bytes/s"));
+      if (name.rfind("BM_LoopKernel/1", 0) == 0) keep(g_rates[1].adamw, counter("bytes/s"));
+      if (name.rfind("BM_ThreadAllReduce", 0) == 0) {
+        const double mean = r.GetAdjustedRealTime() / 1e6;  // microseconds -> seconds
+        if (arg(0) == kSmallMessage) g_allreduce_small_s = mean;
+        if (arg(0) == kLargeMessage) g_allreduce_large_s = mean;
+      }
     }
     ConsoleReporter::ReportRuns(runs);
   }
@@ -183,12 +236,30 @@ std::string fmt(double v, const char* unit) {
   return buf;
 }
 
+// The profile's figures at `threads` threads per rank.
+struct Figures {
+  double peak = 0;
+  double bandwidth = 0;
+  std::vector<MatmulRate> rates;
+};
+Figures figures_at(int threads) {
+  const PerThreads& p = g_rates.at(threads);
+  const PerThreads& one = g_rates.at(1);
+  Figures f;
+  for (const auto& [flops, rate] : p.gemm) {
+    f.rates.push_back({.flops = flops, .rate = rate});
+    f.peak = std::max(f.peak, rate);
+  }
+  // The loop kernels' mean rate, scaled by the copy's gain at this thread count.
+  const double loops = 0.5 * (one.add_scaled + one.adamw);
+  f.bandwidth = loops * (one.copy > 0 ? p.copy / one.copy : 1.0);
+  return f;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out_path = "build/cpu-profile.json";
-  if (const char* env = std::getenv("CARTO_CPU_PROFILE"); env != nullptr && *env != '\0')
-    out_path = env;
+  std::string out_path = cpu_profile_path();
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
@@ -205,46 +276,88 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(&recorder);
   benchmark::Shutdown();
 
-  const Measured& m = g_measured;
-  if (m.sgemm_flops <= 0 || m.copy_bandwidth <= 0 || m.exchange_latency <= 0 ||
-      m.exchange_large_s <= m.exchange_latency) {
+  const bool all = g_rates.contains(1) && g_rates.contains(kCores) && g_rates[1].gemm.size() >= 8 &&
+                   g_rates[kCores].gemm.size() >= 8 && g_rates[1].copy > 0 &&
+                   g_rates[kCores].copy > 0 && g_rates[1].add_scaled > 0 && g_rates[1].adamw > 0 &&
+                   g_allreduce_small_s > 0 && g_allreduce_large_s > g_allreduce_small_s;
+  if (!all) {
     std::printf("\nnot every figure was measured (a --benchmark_filter?); no profile written\n");
     return 0;
   }
+  if (out_path.empty()) {
+    std::printf("\nno profile path: set CARTO_CPU_PROFILE or HOME, or pass --profile_out=PATH\n");
+    return 1;
+  }
+  const Figures one = figures_at(1);
   HardwareProfile hw = hardware::cpu();
   hw.description = "CPU backend: threads of one process as ranks, OpenBLAS GEMM (calibrated)";
   // The CPU backend computes 16-bit types in fp32, so every dtype runs at the sgemm rate.
-  hw.peak_flops = {.fp32 = m.sgemm_flops, .bf16 = m.sgemm_flops, .fp16 = m.sgemm_flops};
+  hw.peak_flops = {.fp32 = one.peak, .bf16 = one.peak, .fp16 = one.peak};
   hw.matmul_efficiency = 1.0;
   hw.memory_efficiency = 1.0;
-  hw.memory_bandwidth = m.copy_bandwidth;
+  hw.memory_bandwidth = one.bandwidth;
+  hw.matmul_rates = one.rates;
   // Thread ranks share the machine's memory: each may in principle use all of it.
   hw.memory_capacity = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) *
                        static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
-  hw.links[0].latency = m.exchange_latency;
-  hw.links[0].bandwidth =
-      static_cast<double>(kLargeExchange) / (m.exchange_large_s - m.exchange_latency);
+  const double alpha = g_allreduce_small_s / 2;
+  hw.links[0].latency = alpha;
+  hw.links[0].bandwidth = static_cast<double>(kLargeMessage) / (g_allreduce_large_s - 2 * alpha);
+  check_hardware_profile(hw, "the calibrated cpu profile");
+
+  Json j = to_json(hw);
+  Json threads = Json::array();
+  for (const auto& [t, rates] : g_rates) {
+    if (t == 1) continue;
+    const Figures f = figures_at(t);
+    Json e;
+    e["threads"] = t;
+    e["peak_flops_fp32"] = f.peak;
+    e["memory_bandwidth"] = f.bandwidth;
+    Json curve = Json::array();
+    for (const MatmulRate& r : f.rates) {
+      Json rj;
+      rj["flops"] = r.flops;
+      rj["rate"] = r.rate;
+      curve.push_back(rj);
+    }
+    e["matmul_rates"] = curve;
+    threads.push_back(e);
+  }
+  j["threads"] = threads;
 
   const HardwareProfile builtin = hardware::cpu();
-  std::printf("\n%-32s %16s %16s\n", "figure", "measured", "built-in cpu");
-  std::printf("%-32s %16s %16s\n", "fp32 GEMM (1 thread)",
-              fmt(hw.peak_flops.fp32, "FLOP/s").c_str(),
-              fmt(builtin.peak_flops.fp32, "FLOP/s").c_str());
-  std::printf("%-32s %16s %16s\n", "memory bandwidth (copy)",
-              fmt(hw.memory_bandwidth, "B/s").c_str(),
-              fmt(builtin.memory_bandwidth, "B/s").c_str());
-  std::printf("%-32s %16s %16s\n", "thread link bus bandwidth",
+  std::printf("\n%-40s %16s %16s\n", "figure", "measured", "built-in cpu");
+  for (const auto& [t, rates] : g_rates) {
+    const Figures f = figures_at(t);
+    std::printf("%-40s %16s %16s\n", detail::concat("fp32 GEMM, best (", t, " thr)").c_str(),
+                fmt(f.peak, "FLOP/s").c_str(), fmt(builtin.peak_flops.fp32, "FLOP/s").c_str());
+    for (const MatmulRate& r : f.rates) {
+      std::printf("%-40s %16s\n",
+                  detail::concat("  GEMM of ", r.flops / 1e6, " MFLOP (", t, " thr)").c_str(),
+                  fmt(r.rate, "FLOP/s").c_str());
+    }
+    std::printf("%-40s %16s %16s\n", detail::concat("copy bandwidth (", t, " thr)").c_str(),
+                fmt(rates.copy, "B/s").c_str(), fmt(builtin.memory_bandwidth, "B/s").c_str());
+    std::printf("%-40s %16s %16s\n",
+                detail::concat("loop kernels, memory_bandwidth (", t, " thr)").c_str(),
+                fmt(f.bandwidth, "B/s").c_str(), fmt(builtin.memory_bandwidth, "B/s").c_str());
+  }
+  std::printf("%-40s %16s\n", "  add_scaled (backend, 1 rank)",
+              fmt(g_rates[1].add_scaled, "B/s").c_str());
+  std::printf("%-40s %16s\n", "  scale (backend, 1 rank)", fmt(g_rates[1].adamw, "B/s").c_str());
+  std::printf("%-40s %16s %16s\n", "thread link bus bandwidth",
               fmt(hw.links[0].bandwidth, "B/s").c_str(),
               fmt(builtin.links[0].bandwidth, "B/s").c_str());
-  std::printf("%-32s %16s %16s\n", "thread link latency per step",
+  std::printf("%-40s %16s %16s\n", "thread link latency per step",
               fmt(hw.links[0].latency, "s").c_str(), fmt(builtin.links[0].latency, "s").c_str());
-  std::printf("%-32s %16s %16s\n", "memory capacity",
+  std::printf("%-40s %16s %16s\n", "memory capacity",
               fmt(static_cast<double>(hw.memory_capacity), "B").c_str(),
               fmt(static_cast<double>(builtin.memory_capacity), "B").c_str());
 
   const std::filesystem::path path(out_path);
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  save_hardware_profile(hw, out_path);
+  atomic_write(out_path, j.dump(2) + "\n", "hardware profile");
   const HardwareProfile back = load_hardware_profile(out_path);
   std::printf("\nwrote %s (reads back %s)\n", out_path.c_str(), back == hw ? "equal" : "DIFFERENT");
   return back == hw ? 0 : 1;

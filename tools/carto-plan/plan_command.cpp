@@ -7,10 +7,12 @@
 #include <carto/util/json.hpp>
 #include <carto/util/numbers.hpp>
 #include <carto/util/units.hpp>
+#include <iostream>
 #include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli.hpp"
@@ -113,9 +115,16 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
     }
   }
   const std::string hw_name = flags.text("hardware").value_or("h100");
-  HardwareProfile hw = hw_name.find('/') != std::string::npos || hw_name.ends_with(".json")
-                           ? load_hardware_profile(hw_name)
-                           : find_hardware_profile(hw_name);
+  HardwareProfile hw;
+  if (hw_name == "cpu") {  // this machine's calibrated profile when bench_calibrate wrote one
+    const CpuProfileChoice cpu = cpu_profile(devices, std::thread::hardware_concurrency());
+    hw = cpu.profile;
+    std::cerr << "carto-plan: " << cpu.note << "\n";
+  } else {
+    hw = hw_name.find('/') != std::string::npos || hw_name.ends_with(".json")
+             ? load_hardware_profile(hw_name)
+             : find_hardware_profile(hw_name);
+  }
   if (auto per_node = flags.positive("gpus-per-node")) {
     if (*per_node < devices && devices % *per_node != 0) {
       throw cli::UsageError("plan: --gpus-per-node " + std::to_string(*per_node) +

@@ -23,12 +23,16 @@
 // or a missing or invalid field is a carto::Error naming the field and the file.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "carto/error.hpp"
@@ -68,6 +72,15 @@ struct LinkLevel {
   friend bool operator==(const LinkLevel&, const LinkLevel&) = default;
 };
 
+// One point of a measured GEMM rate curve: a GEMM call of `flops` FLOPs runs at `rate` FLOP/s.
+// Small GEMMs run far below a large one's rate (packing, loop and call overheads), which a CPU
+// feels at the sizes a small model's ops have.
+struct MatmulRate {
+  double flops = 0;
+  double rate = 0;
+  friend bool operator==(const MatmulRate&, const MatmulRate&) = default;
+};
+
 struct HardwareProfile {
   std::string name{};
   std::string description{};
@@ -77,6 +90,9 @@ struct HardwareProfile {
   double memory_bandwidth = 0;       // bytes/s (HBM, or DRAM for the CPU backend)
   std::int64_t memory_capacity = 0;  // bytes per device
   std::vector<LinkLevel> links{};    // innermost first
+  // Measured fp32 GEMM rates by size (bench_calibrate), ascending in flops; empty: peak_flops ·
+  // matmul_efficiency for every size. Other dtypes scale by peak_flops.of(dtype) / fp32.
+  std::vector<MatmulRate> matmul_rates{};
   friend bool operator==(const HardwareProfile&, const HardwareProfile&) = default;
 
   // Devices the profile holds: the outermost domain size (0 = unbounded).
@@ -131,6 +147,16 @@ inline void check_hardware_profile(const HardwareProfile& hw, std::string_view s
                          " and larger than it (0 = unbounded, outermost only); got ", l.devices));
     }
     inner = l.devices;
+  }
+  for (std::size_t k = 0; k < hw.matmul_rates.size(); ++k) {
+    const MatmulRate& r = hw.matmul_rates[k];
+    const std::string field = detail::concat("matmul_rates[", k, "]");
+    positive(r.flops, field + ".flops");
+    positive(r.rate, field + ".rate");
+    if (k > 0 && !(r.flops > hw.matmul_rates[k - 1].flops))
+      detail::bad_profile(source, field + ".flops",
+                          detail::concat("must exceed the previous point's ",
+                                         hw.matmul_rates[k - 1].flops, "; got ", r.flops));
   }
 }
 
@@ -373,6 +399,26 @@ struct ComputeWork {
   DType dtype = DType::bf16;
 };
 
+// The FLOP rate of `work`: peak(dtype) · matmul_efficiency, or with measured matmul_rates the
+// rate at work.flops, interpolated linearly in log(flops) between the points and clamped to the
+// first and last (scaled to the dtype by its peak over fp32's).
+inline double matmul_rate(const HardwareProfile& hw, const ComputeWork& work) {
+  const double peak = hw.peak_flops.of(work.dtype);
+  const std::vector<MatmulRate>& r = hw.matmul_rates;
+  if (r.empty() || !(hw.peak_flops.fp32 > 0)) return peak * hw.matmul_efficiency;
+  const double f = static_cast<double>(work.flops);
+  double rate = r.front().rate;
+  if (f >= r.back().flops) {
+    rate = r.back().rate;
+  } else if (f > r.front().flops) {
+    std::size_t k = 1;
+    while (r[k].flops < f) ++k;
+    const double w = std::log(f / r[k - 1].flops) / std::log(r[k].flops / r[k - 1].flops);
+    rate = r[k - 1].rate + w * (r[k].rate - r[k - 1].rate);
+  }
+  return rate * peak / hw.peak_flops.fp32;
+}
+
 // Roofline: max(flops / (peak(dtype) · matmul_efficiency), bytes / (memory_bandwidth ·
 // memory_efficiency)), in seconds. Non-matmul ops use the same peak: they are memory-bound on every
 // profile here, so their FLOP term rarely decides.
@@ -386,7 +432,7 @@ inline double compute_time(const ComputeWork& work, const HardwareProfile& hw) {
                  " arithmetic (its peak FLOP/s for ", work.dtype, " is 0)");
   }
   const double t_flops =
-      work.flops == 0 ? 0.0 : static_cast<double>(work.flops) / (peak * hw.matmul_efficiency);
+      work.flops == 0 ? 0.0 : static_cast<double>(work.flops) / matmul_rate(hw, work);
   const double t_bytes =
       static_cast<double>(work.bytes) / (hw.memory_bandwidth * hw.memory_efficiency);
   return t_flops > t_bytes ? t_flops : t_bytes;
@@ -422,6 +468,16 @@ inline Json to_json(const HardwareProfile& hw) {
     links.push_back(lj);
   }
   j["links"] = links;
+  if (!hw.matmul_rates.empty()) {
+    Json rates = Json::array();
+    for (const MatmulRate& r : hw.matmul_rates) {
+      Json rj;
+      rj["flops"] = r.flops;
+      rj["rate"] = r.rate;
+      rates.push_back(rj);
+    }
+    j["matmul_rates"] = rates;
+  }
   return j;
 }
 
@@ -474,6 +530,15 @@ inline HardwareProfile hardware_profile_from_json(const Json& j, std::string_vie
                         .bandwidth = number(l, "bandwidth", f + ".bandwidth"),
                         .latency = number(l, "latency", f + ".latency")});
   }
+  if (const Json* rates = j.find("matmul_rates"); rates != nullptr) {  // optional
+    if (!rates->is_array()) detail::bad_profile(source, "matmul_rates", "must be an array");
+    for (std::size_t k = 0; k < rates->as_array().size(); ++k) {
+      const Json& r = rates->as_array()[k];
+      const std::string f = detail::concat("matmul_rates[", k, "]");
+      hw.matmul_rates.push_back(
+          {.flops = number(r, "flops", f + ".flops"), .rate = number(r, "rate", f + ".rate")});
+    }
+  }
   check_hardware_profile(hw, source);
   return hw;
 }
@@ -492,6 +557,110 @@ inline HardwareProfile load_hardware_profile(const std::string& path) {
 inline void save_hardware_profile(const HardwareProfile& hw, const std::string& path) {
   check_hardware_profile(hw, hw.name);
   atomic_write(path, to_json(hw).dump(2) + "\n", "hardware profile");
+}
+
+// ---- the calibrated CPU profile
+// ----------------------------------------------------------------------------------------
+//
+// bench/bench_calibrate measures this machine and writes its `cpu` profile to cpu_profile_path():
+// $CARTO_CPU_PROFILE when set, else $XDG_CONFIG_HOME/carto/cpu-profile.json, else
+// $HOME/.config/carto/cpu-profile.json. The file is a hardware profile (load_hardware_profile
+// reads it) whose figures are those of one thread per rank, plus a "threads" array with the
+// figures at more threads per rank: {"threads": t, "peak_flops_fp32": F, "memory_bandwidth": B,
+// "matmul_rates": [...]}. cpu_profile(ranks) picks the entry for the threads each rank gets.
+
+inline std::string cpu_profile_path() {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::string(v) : std::string();
+  };
+  if (std::string p = env("CARTO_CPU_PROFILE"); !p.empty()) return p;
+  if (std::string x = env("XDG_CONFIG_HOME"); !x.empty()) return x + "/carto/cpu-profile.json";
+  if (std::string h = env("HOME"); !h.empty()) return h + "/.config/carto/cpu-profile.json";
+  return {};
+}
+
+// The threads a CPU rank's kernels use when `ranks` ranks share a process on `cores` cores:
+// $CARTO_CPU_THREADS when set (a positive integer), else max(1, cores / ranks).
+inline int cpu_threads_per_rank(std::int64_t ranks, unsigned cores) {
+  if (const char* v = std::getenv("CARTO_CPU_THREADS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 4096)
+      detail::fail("carto: CARTO_CPU_THREADS is '", v, "'; it must be a positive integer");
+    return static_cast<int>(n);
+  }
+  const std::int64_t r = ranks < 1 ? 1 : ranks;
+  const std::int64_t per = static_cast<std::int64_t>(cores) / r;
+  return per < 1 ? 1 : static_cast<int>(per);
+}
+
+struct CpuProfileChoice {
+  HardwareProfile profile{};
+  bool calibrated = false;  // read from `path`; false: the built-in hardware::cpu()
+  std::string path{};       // the file read, or the one looked for
+  int threads = 1;          // threads per rank the figures are for (calibrated only)
+  std::string note{};       // one line saying which profile this is and where it came from
+};
+
+// The profile to plan `ranks` CPU ranks of one process on `cores` cores: the calibrated file's
+// figures at the threads each rank gets when the file exists, else the built-in hardware::cpu().
+// A file that exists but is not a valid profile is an error naming it and the field.
+inline CpuProfileChoice cpu_profile(std::int64_t ranks, unsigned cores) {
+  CpuProfileChoice c;
+  c.path = cpu_profile_path();
+  const int want = cpu_threads_per_rank(ranks, cores);
+  std::error_code ec;
+  if (c.path.empty() || !std::filesystem::exists(c.path, ec)) {
+    c.profile = hardware::cpu();
+    c.note = detail::concat(
+        "hardware profile 'cpu' is the built-in one (no calibrated profile at ",
+        c.path.empty() ? std::string("$CARTO_CPU_PROFILE or ~/.config/carto/cpu-profile.json")
+                       : c.path,
+        "; run bench_calibrate to write one for this machine)");
+    return c;
+  }
+  const std::string text = read_file_bounded(c.path, kMaxHardwareFileBytes, "hardware profile");
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Error& e) {
+    detail::fail("carto: hardware profile ", c.path, ": ", e.what());
+  }
+  c.profile = hardware_profile_from_json(j, c.path);
+  c.calibrated = true;
+  if (const Json* threads = j.find("threads"); threads != nullptr && threads->is_array()) {
+    for (std::size_t k = 0; k < threads->as_array().size(); ++k) {
+      const Json& t = threads->as_array()[k];
+      const Json* n = t.find("threads");
+      const Json* f = t.find("peak_flops_fp32");
+      const Json* b = t.find("memory_bandwidth");
+      if (n == nullptr || !n->is_int() || f == nullptr || !f->is_number() || b == nullptr ||
+          !b->is_number()) {
+        detail::bad_profile(c.path, detail::concat("threads[", k, "]"),
+                            "needs integer 'threads' and numbers 'peak_flops_fp32' and "
+                            "'memory_bandwidth'");
+      }
+      if (n->as_int() > want || n->as_int() < c.threads) continue;
+      HardwareProfile hw = c.profile;
+      const double flops = f->as_double();
+      hw.peak_flops = {.fp32 = flops, .bf16 = flops, .fp16 = flops};
+      hw.memory_bandwidth = b->as_double();
+      hw.matmul_rates.clear();
+      if (const Json* r = t.find("matmul_rates"); r != nullptr) {
+        Json holder = j;
+        holder["matmul_rates"] = *r;
+        hw.matmul_rates = hardware_profile_from_json(holder, c.path).matmul_rates;
+      }
+      check_hardware_profile(hw, c.path);
+      c.profile = hw;
+      c.threads = static_cast<int>(n->as_int());
+    }
+  }
+  c.note =
+      detail::concat("hardware profile '", c.profile.name, "' calibrated on this machine (", c.path,
+                     ") at ", c.threads, " thread", c.threads == 1 ? "" : "s", " per rank");
+  return c;
 }
 
 }  // namespace carto

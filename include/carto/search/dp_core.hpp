@@ -161,8 +161,9 @@ class DpCore : public DpMerge {
                   .bytes = m_.local_bytes(t, in.want),
                   .saved = false};
         if (info.kind == TensorKind::parameter) {
-          const auto [persistent, gather] = m_.parameter_cost(t, in.want);
+          const auto [persistent, gather, optimizer] = m_.parameter_cost(t, in.want);
           d.base += persistent;
+          d.time += optimizer;  // once per step
           micro += gather;
           fwd += gather / 2;  // the forward gather reruns with the block's recompute
         }

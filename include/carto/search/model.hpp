@@ -144,6 +144,16 @@ inline std::int64_t zero_persistent_bytes(std::int64_t elements, std::int64_t el
   }
 }
 
+// The optimizer step's time for one parameter of `elements` local elements stored in `stored`
+// (once per step, after the micro-batches), as the runtime runs it: AdamW on this device's share
+// (its ZeRO chunk at stages 1-3), memory-bound: it reads the weights, gradient, m and v and writes
+// the weights, m and v (fp32: 28 bytes per element; mixed bf16: the fp32 master, a bf16 gradient,
+// then the bf16 copy of the master written: 32); at stages 1-2, when the parameter has replicas,
+// the all-gather of the updated chunks in the compute dtype (ZeRO-3 gathers before use instead).
+inline double optimizer_time(std::int64_t elements, std::int64_t element_size, Precision precision,
+                             int zero_stage, const ShardingSpec& stored, const DeviceMesh& mesh,
+                             const HardwareProfile& hw);
+
 // ZeRO-3's all-gather of one parameter buffer of `bytes` per device (its unsharded local size) from
 // its shards over the axes that do not split it, innermost axis first; one direction.
 inline double zero3_gather_time(std::int64_t bytes, const ShardingSpec& stored,
@@ -160,6 +170,18 @@ inline double zero3_gather_time(std::int64_t bytes, const ShardingSpec& stored,
     current *= a.size;
     t += collective_time(Collective::all_gather, mesh, a.name, current, hw);
   }
+  return t;
+}
+
+inline double optimizer_time(std::int64_t elements, std::int64_t element_size, Precision precision,
+                             int zero_stage, const ShardingSpec& stored, const DeviceMesh& mesh,
+                             const HardwareProfile& hw) {
+  const std::int64_t replicas = zero_stage >= 1 ? replication_factor(stored, mesh) : 1;
+  const std::int64_t share = (elements + replicas - 1) / replicas;
+  const std::int64_t per_element = precision == Precision::mixed_bf16 ? 32 : 28;
+  double t = compute_time({.flops = 0, .bytes = share * per_element, .dtype = DType::fp32}, hw);
+  if ((zero_stage == 1 || zero_stage == 2) && replicas > 1)
+    t += zero3_gather_time(elements * element_size, stored, mesh, hw);
   return t;
 }
 
@@ -251,7 +273,7 @@ class DpModel {
           continue;
         std::int64_t least = std::numeric_limits<std::int64_t>::max();
         for (const Choice& c : choices(k))
-          least = std::min(least, parameter_cost(t, c.inputs[i].want).first);
+          least = std::min(least, parameter_cost(t, c.inputs[i].want).persistent);
         here += least;
       }
       param_to_go_[k] = param_to_go_[k + 1] + here;
@@ -332,8 +354,13 @@ class DpModel {
     return reshard_graph(t).local_bytes(spec_index);
   }
   // Persistent bytes and ZeRO-3 gather time (both directions, one micro-batch) of a parameter
-  // stored in spec `s`.
-  std::pair<std::int64_t, double> parameter_cost(TensorId t, std::uint32_t s) {
+  // stored in spec `s`; optimizer_s is its optimizer step (once per step).
+  struct ParameterCost {
+    std::int64_t persistent = 0;
+    double gather = 0;
+    double optimizer_s = 0;
+  };
+  ParameterCost parameter_cost(TensorId t, std::uint32_t s) {
     const std::int64_t bytes = local_bytes(t, s);
     const std::int64_t elements = bytes / element_bytes(g_.tensor(t));
     const ShardingSpec& stored = spec(t, s);
@@ -342,7 +369,10 @@ class DpModel {
                               options_.zero_stage, replication_factor(stored, mesh_));
     const double gather =
         options_.zero_stage == 3 ? 2 * zero3_gather_time(bytes, stored, mesh_, hw_) : 0.0;
-    return {persistent, gather};
+    const double optimizer =
+        optimizer_time(elements, element_bytes(g_.tensor(t)), options_.precision,
+                       options_.zero_stage, stored, mesh_, hw_);
+    return {.persistent = persistent, .gather = gather, .optimizer_s = optimizer};
   }
 
  private:

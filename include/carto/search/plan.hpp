@@ -165,6 +165,7 @@ inline void describe_plan(Plan& plan, const Graph& g, const DeviceMesh& mesh,
     }
   }
   t["recompute"] = recompute;
+  t["optimizer"] = cost.optimizer_s;
   double accounted = 0;
   for (const auto& [k, v] : t) accounted += v;
   t["zero3_gathers"] = std::max(0.0, cost.time_s - accounted);

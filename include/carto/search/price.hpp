@@ -5,7 +5,8 @@
 // group) from evaluate_assignment (search/evaluate.hpp) and the memory model written in
 // search/model.hpp's design note, applied to the whole assignment at once:
 //   time = m · (evaluate_assignment's time − its parameter-gradient reductions + ZeRO-3 gathers
-//               + the forward time of every checkpointed block) + the reductions,
+//               + the forward time of every checkpointed block) + the reductions
+//          + the optimizer step (detail::optimizer_time per parameter, once),
 //   peak = P + Σ_g K_g + max(0, max_g X_g),
 // with A_g the group's saved bytes as evaluate_assignment counts them, T_g the largest excursion of
 // its ops (its strategy's temporaries, ZeRO-3's gathered parameters, its moves' copies), K_g = A_g
@@ -33,6 +34,7 @@ struct PointCost {
   std::int64_t persistent_bytes = 0;  // P: parameters, gradients, optimizer states
   std::int64_t kept_bytes = 0;        // Σ K_g: activations kept from forward to backward
   std::int64_t extra_bytes = 0;       // max X_g: the largest excursion above them
+  double optimizer_s = 0;             // the optimizer step (part of time_s)
 };
 
 // The cost of one complete choice: `chosen[k]` is op k's strategy; `cache` keeps the reshard
@@ -52,7 +54,8 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
   // Parameters: persistent bytes and ZeRO-3 gathers, in the spec of their first consumer.
   std::int64_t persistent = 0;
   double gathers = 0;
-  double regather = 0;  // ZeRO-3 forward gathers rerun by checkpointed blocks
+  double regather = 0;   // ZeRO-3 forward gathers rerun by checkpointed blocks
+  double optimizer = 0;  // the optimizer step of every parameter, once per step
   std::vector<bool> seen(g.tensors().size(), false);
   for (std::size_t k = 0; k < g.num_ops(); ++k) {
     const Op& op = g.ops()[k];
@@ -66,6 +69,8 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
       persistent +=
           detail::zero_persistent_bytes(elements, element_bytes(info), options.precision,
                                         options.zero_stage, replication_factor(stored, mesh));
+      optimizer += detail::optimizer_time(elements, element_bytes(info), options.precision,
+                                          options.zero_stage, stored, mesh, hw);
       if (options.zero_stage == 3) {
         const double one_way =
             detail::zero3_gather_time(elements * element_bytes(info), stored, mesh, hw);
@@ -111,7 +116,8 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
     }
   }
   PointCost p;
-  p.time_s = m * (cost.time_s() - sync + gathers + regather) + sync + recompute;
+  p.time_s = m * (cost.time_s() - sync + gathers + regather) + sync + recompute + optimizer;
+  p.optimizer_s = optimizer;
   p.peak_bytes = persistent + kept + extra;
   p.persistent_bytes = persistent;
   p.kept_bytes = kept;

@@ -6,8 +6,15 @@
 
 include(CheckLanguage)
 
+# Inside another project (add_subdirectory(carto)) they default to OFF: nothing is probed unless
+# the parent asks for it with ON or AUTO.
+set(_carto_backend_default AUTO)
+if(NOT CARTO_TOP_LEVEL)
+  set(_carto_backend_default OFF)
+endif()
 foreach(backend CUDA NCCL MPI)
-  set(CARTO_ENABLE_${backend} AUTO CACHE STRING "Build the ${backend} parts of carto: AUTO, ON or OFF")
+  set(CARTO_ENABLE_${backend} ${_carto_backend_default} CACHE STRING
+      "Build the ${backend} parts of carto: AUTO, ON or OFF")
   set_property(CACHE CARTO_ENABLE_${backend} PROPERTY STRINGS AUTO ON OFF)
   string(TOUPPER "${CARTO_ENABLE_${backend}}" _value)
   if(NOT _value MATCHES "^(AUTO|ON|OFF)$")

@@ -103,7 +103,10 @@ void BM_LayerNormBackward(benchmark::State& state) {
   Tensor mean = make(backend, {{"rows", rows}}, 8), rstd = make(backend, {{"rows", rows}}, 9);
   measure(state, 12 * rows * c, 4 * (4 * rows * c + 5 * c + 2 * rows), [&] {
     backend.layernorm_backward(dy.view, x.view, g.view, mean.view, rstd.view, dx.view, dg.view,
-                               db.view);
+                               db.view,
+                               {.dx = CopyMode::accumulate,
+                                .dgamma = CopyMode::accumulate,
+                                .dbeta = CopyMode::accumulate});
   });
 }
 BENCHMARK(BM_LayerNormBackward)->Args({256, 256})->Args({1024, 768})->Unit(benchmark::kMicrosecond);
@@ -155,7 +158,7 @@ void BM_AttentionBackward(benchmark::State& state) {
   measure(state, 10 * b * a * s * s * d, 4 * (5 * b * a * s * d + 3 * b * a * s * d + b * a * s),
           [&] {
             backend.attention_backward(q.view, k.view, v.view, out.view, lse.view, dout.view,
-                                       dq.view, dk.view, dv.view, args);
+                                       dq.view, dk.view, dv.view, args, CopyMode::accumulate);
           });
 }
 BENCHMARK(BM_AttentionBackward)->Args({4, 128, 64})->Unit(benchmark::kMicrosecond);
@@ -188,7 +191,7 @@ void BM_SoftmaxBackwardCausal(benchmark::State& state) {
   backend.softmax_forward(x.view, y.view, args);
   // y, dy read, dx read and written: 4 FLOPs per element (the profiler's count).
   measure(state, 4 * bh * s * s, 4 * 4 * bh * s * s,
-          [&] { backend.softmax_backward(y.view, dy.view, dx.view, args); });
+          [&] { backend.softmax_backward(y.view, dy.view, dx.view, args, CopyMode::accumulate); });
 }
 BENCHMARK(BM_SoftmaxBackwardCausal)->Args({8, 256})->Unit(benchmark::kMicrosecond);
 
@@ -207,7 +210,7 @@ void BM_GeluBackward(benchmark::State& state) {
   const TensorShape s{{"rows", state.range(0)}, {"c", state.range(1)}};
   Tensor x = make(backend, s, 24), dy = make(backend, s, 25), dx = make(backend, s, 26);
   measure(state, 16 * s.numel(), 16 * s.numel(),
-          [&] { backend.gelu_backward(x.view, dy.view, dx.view); });
+          [&] { backend.gelu_backward(x.view, dy.view, dx.view, CopyMode::accumulate); });
 }
 BENCHMARK(BM_GeluBackward)->Args({1024, 3072})->Unit(benchmark::kMicrosecond);
 
@@ -227,7 +230,7 @@ void BM_DropoutBackward(benchmark::State& state) {
   Tensor dy = make(backend, s, 27), dx = make(backend, s, 28);
   const DropoutArgs args{.probability = 0.1f, .rng = {.seed = 1, .id = 3}};
   measure(state, 2 * s.numel(), 12 * s.numel(),
-          [&] { backend.dropout_backward(dy.view, dx.view, args); });
+          [&] { backend.dropout_backward(dy.view, dx.view, args, CopyMode::accumulate); });
 }
 BENCHMARK(BM_DropoutBackward)->Args({1024, 768})->Unit(benchmark::kMicrosecond);
 
@@ -262,7 +265,7 @@ void BM_BiasBackward(benchmark::State& state) {
   const std::int64_t rows = state.range(0), c = state.range(1);
   Tensor dy = make(backend, {{"rows", rows}, {"c", c}}, 32), db = make(backend, {{"c", c}}, 33);
   measure(state, rows * c, 4 * (rows * c + 2 * c),
-          [&] { backend.bias_backward(dy.view, db.view); });
+          [&] { backend.bias_backward(dy.view, db.view, CopyMode::accumulate); });
 }
 BENCHMARK(BM_BiasBackward)->Args({1024, 3072})->Unit(benchmark::kMicrosecond);
 
@@ -298,7 +301,8 @@ void BM_CrossEntropyBackward(benchmark::State& state) {
   const IndexView targets{.data = ids.data(), .shape = {{"rows", rows}}};
   backend.cross_entropy_forward(logits.view, targets, loss.view, lse.view, {});
   measure(state, 2 * rows * vocab, 4 * (3 * rows * vocab + rows), [&] {
-    backend.cross_entropy_backward(logits.view, targets, lse.view, loss.view, dlogits.view, {});
+    backend.cross_entropy_backward(logits.view, targets, lse.view, loss.view, dlogits.view, {},
+                                   CopyMode::accumulate);
   });
 }
 BENCHMARK(BM_CrossEntropyBackward)->Args({256, 16384})->Unit(benchmark::kMicrosecond);

@@ -128,7 +128,8 @@ void BM_AttentionBackward(benchmark::State& state) {
   const double seconds = bench::time_iterations(state, [&] {
     // Gradients accumulate (backward adds); the values grow but the work is the same.
     bench::backend().attention_backward(t.views[0], t.views[1], t.views[2], t.views[3], t.lse,
-                                        t.views[4], t.views[5], t.views[6], dv, causal(s));
+                                        t.views[4], t.views[5], t.views[6], dv, causal(s),
+                                        CopyMode::accumulate);
   });
   report(state, s, dt, "bwd", 2.5 * forward_flops(s), seconds, state.iterations());
 }

@@ -15,6 +15,11 @@
 // against all-gathered K and V (OpVariant::gathered_kv), placed by args.placement in the global
 // (B, a, S, S) probabilities, which gives the causal mask and the dropout indices.
 //
+// Grouped-query attention (Ainslie et al. 2023): q, out (B, n, g, S, d) against k, v (B, n, S, d).
+// Query head (n, j) is walked as head n·g + j of the rank-4 form and reads key/value head n; its
+// probabilities are placed in the global (B, n, g, Sq, Sk) ones. dk and dv sum the g query heads
+// of a group (each adds its products into the same key/value head).
+//
 // bf16 q, k, v, out, dout and gradients are staged one (batch, head) at a time (elements.hpp):
 // that head's rows widened into fp32 slots, the GEMMs and row loops above on the slots (so the
 // products accumulate in fp32 and the probabilities stay fp32), the outputs rounded once per head.
@@ -42,22 +47,37 @@ namespace {
 
 struct AttentionGeometry {
   std::int64_t batch = 0, heads = 0, queries = 0, keys = 0, dim = 0;
-  Index probs{};  // local probability extents (B, a, Sq, Sk)
+  std::int64_t group = 1;  // query heads per key/value head (1: multi-head attention)
+  Index probs{};           // local probability extents (B, a, Sq, Sk) or (B, n, g, Sq, Sk)
+  // The key/value head of query head h (of b·heads + h's batch entry).
+  [[nodiscard]] std::int64_t kv_of(std::int64_t b, std::int64_t h) const {
+    return b * (heads / group) + h / group;
+  }
 };
 
 AttentionGeometry attention_geometry(std::string_view call, const TensorShape& q,
                                      const TensorShape& k, const TensorShape& v) {
-  CARTO_CHECK(
-      q.rank() == 4 && k.rank() == 4 && q.dims()[0].extent == k.dims()[0].extent &&
-          q.dims()[1].extent == k.dims()[1].extent && q.dims()[3].extent == k.dims()[3].extent,
-      call, ": q (B, heads, Sq, d) and k, v (B, heads, Sk, d) do not match: q ", q, ", k ", k);
   require_same_shape(call, k, v);
+  const bool grouped = q.rank() == 5;
+  const std::size_t qs = grouped ? 3 : 2;  // q's sequence dim
+  CARTO_CHECK(
+      (q.rank() == 4 || grouped) && k.rank() == 4 && q.dims()[0].extent == k.dims()[0].extent &&
+          q.dims()[1].extent == k.dims()[1].extent && q.dims()[qs + 1].extent == k.dims()[3].extent,
+      call,
+      ": q (B, heads, Sq, d) or grouped (B, n, g, Sq, d) and k, v (B, heads or n, Sk, d) do not "
+      "match: q ",
+      q, ", k ", k);
   AttentionGeometry g{.batch = q.dims()[0].extent,
-                      .heads = q.dims()[1].extent,
-                      .queries = q.dims()[2].extent,
+                      .heads = q.dims()[1].extent * (grouped ? q.dims()[2].extent : 1),
+                      .queries = q.dims()[qs].extent,
                       .keys = k.dims()[2].extent,
-                      .dim = q.dims()[3].extent};
-  g.probs = {g.batch, g.heads, g.queries, g.keys};
+                      .dim = q.dims()[qs + 1].extent,
+                      .group = grouped ? q.dims()[2].extent : 1};
+  if (grouped) {
+    g.probs = {g.batch, q.dims()[1].extent, g.group, g.queries, g.keys};
+  } else {
+    g.probs = {g.batch, g.heads, g.queries, g.keys};
+  }
   return g;
 }
 
@@ -83,11 +103,16 @@ struct RowView {
   std::int64_t visible = 0;
   std::int64_t base = 0;
 };
-RowView row_view(const GlobalIndexer& where, const AttentionArgs& args, std::int64_t keys,
+RowView row_view(const GlobalIndexer& where, const AttentionArgs& args, const AttentionGeometry& g,
                  std::int64_t b, std::int64_t h, std::int64_t i) {
-  RowView r{.visible = keys, .base = where.global_index({b, h, i, 0})};
+  const bool grouped = g.probs.size() == 5;
+  RowView r{.visible = g.keys,
+            .base = grouped ? where.global_index({b, h / g.group, h % g.group, i, 0})
+                            : where.global_index({b, h, i, 0})};
   if (args.masking == Masking::causal) {
-    r.visible = std::clamp<std::int64_t>(where.offset[2] + i - where.offset[3] + 1, 0, keys);
+    const std::size_t sq = g.probs.size() - 2;
+    r.visible =
+        std::clamp<std::int64_t>(where.offset[sq] + i - where.offset[sq + 1] + 1, 0, g.keys);
   }
   return r;
 }
@@ -100,8 +125,8 @@ struct QueryBlock {
 QueryBlock query_block(const GlobalIndexer& where, const AttentionArgs& args,
                        const AttentionGeometry& g, std::int64_t first) {
   QueryBlock q{.first = first, .rows = std::min(kQueryBlock, g.queries - first)};
-  q.keys = std::max(row_view(where, args, g.keys, 0, 0, first).visible,
-                    row_view(where, args, g.keys, 0, 0, first + q.rows - 1).visible);
+  q.keys = std::max(row_view(where, args, g, 0, 0, first).visible,
+                    row_view(where, args, g, 0, 0, first + q.rows - 1).visible);
   return q;
 }
 
@@ -211,8 +236,9 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
       const std::int64_t bh = b * g.heads + h;
       const std::int64_t head = bh * g.queries;  // first query row of this (b, h)
       const float* qh = st.read(0, q, bh * qn, qn);
-      const float* kh = st.read(1, k, bh * kn, kn);
-      const float* vh = st.read(2, v, bh * kn, kn);
+      const std::int64_t kv = g.kv_of(b, h);  // its key/value head
+      const float* kh = st.read(1, k, kv * kn, kn);
+      const float* vh = st.read(2, v, kv * kn, kn);
       float* oh = st.write(3, out, bh * qn, qn, detail::Load::no);
       for (std::int64_t first = 0; first < g.queries; first += kQueryBlock) {
         const QueryBlock blk = query_block(where, args, g, first);
@@ -220,7 +246,7 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
         const float* qb = qh + first * d;
         sgemm(false, true, blk.rows, blk.keys, d, args.scale, qb, d, kh, d, 0.0f, s, blk.keys);
         for (std::int64_t r = 0; r < blk.rows; ++r) {
-          const RowView row = row_view(where, args, g.keys, b, h, first + r);
+          const RowView row = row_view(where, args, g, b, h, first + r);
           CARTO_CHECK(row.visible > 0, "attention_forward: query row ", first + r, " sees no key");
           const float* factor =
               args.dropout > 0.0f ? work.dropout_factors(args, row.base, row.visible) : nullptr;
@@ -238,7 +264,7 @@ void CpuBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstTe
 void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                     ConstTensorView out, ConstTensorView logsumexp,
                                     ConstTensorView dout, TensorView dq, TensorView dk,
-                                    TensorView dv, const AttentionArgs& args) {
+                                    TensorView dv, const AttentionArgs& args, CopyMode mode) {
   const AttentionGeometry g =
       attention_geometry("attention_backward", q.shape(), k.shape(), v.shape());
   for (const TensorShape* s :
@@ -267,18 +293,32 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
                             {"dk", dk.dtype, kn},
                             {"dv", dv.dtype, kn}});
   const float scale = args.scale;
+  // Assign: each head's dq and each key/value head's dk, dv start from 0 in the slot (or in
+  // place), a head at a time while it is in cache, and the GEMMs add into them as for accumulate.
+  const bool acc = mode == CopyMode::accumulate;
+  const detail::Load load = acc ? detail::Load::yes : detail::Load::no;
+  auto start = [acc](float* p, std::int64_t n) {
+    if (!acc) std::fill(p, p + n, 0.0f);
+    return p;
+  };
+  float* pdk = nullptr;
+  float* pdv = nullptr;
   for (std::int64_t b = 0; b < g.batch; ++b) {
     for (std::int64_t h = 0; h < g.heads; ++h) {
       const std::int64_t bh = b * g.heads + h;
       const std::int64_t head = bh * g.queries;
       const float* pq = st.read(0, q, bh * qn, qn);
-      const float* kh = st.read(1, k, bh * kn, kn);
-      const float* vh = st.read(2, v, bh * kn, kn);
+      const std::int64_t kv = g.kv_of(b, h);  // its key/value head
+      const float* kh = st.read(1, k, kv * kn, kn);
+      const float* vh = st.read(2, v, kv * kn, kn);
       const float* po = st.read(3, out, bh * qn, qn);
       const float* pdo = st.read(4, dout, bh * qn, qn);
-      float* pdq = st.write(5, dq, bh * qn, qn, detail::Load::yes);
-      float* pdk = st.write(6, dk, bh * kn, kn, detail::Load::yes);
-      float* pdv = st.write(7, dv, bh * kn, kn, detail::Load::yes);
+      float* pdq = start(st.write(5, dq, bh * qn, qn, load), qn);
+      // A group's query heads add into one key/value head: staged once per group, rounded once.
+      if (h % g.group == 0) {
+        pdk = start(st.write(6, dk, kv * kn, kn, load), kn);
+        pdv = start(st.write(7, dv, kv * kn, kn, load), kn);
+      }
       for (std::int64_t first = 0; first < g.queries; first += kQueryBlock) {
         const QueryBlock blk = query_block(where, args, g, first);
         if (blk.keys == 0) continue;
@@ -286,7 +326,7 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
         sgemm(false, true, blk.rows, blk.keys, d, scale, pq + at, d, kh, d, 0.0f, p, blk.keys);
         sgemm(false, true, blk.rows, blk.keys, d, 1.0f, pdo + at, d, vh, d, 0.0f, dp, blk.keys);
         for (std::int64_t r = 0; r < blk.rows; ++r) {
-          const RowView row = row_view(where, args, g.keys, b, h, first + r);
+          const RowView row = row_view(where, args, g, b, h, first + r);
           const float* factor = work.dropout_factors(args, row.base, row.visible);
           gradient_row(p + r * blk.keys, dp + r * blk.keys, row.visible, blk.keys,
                        plse[head + first + r], pdo + at + r * d, po + at + r * d, d, scale, factor);
@@ -296,8 +336,10 @@ void CpuBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstT
         sgemm(true, false, blk.keys, d, blk.rows, 1.0f, dp, blk.keys, pq + at, d, 1.0f, pdk, d);
       }
       st.commit(5, dq, bh * qn, qn);
-      st.commit(6, dk, bh * kn, kn);
-      st.commit(7, dv, bh * kn, kn);
+      if (h % g.group == g.group - 1) {
+        st.commit(6, dk, kv * kn, kn);
+        st.commit(7, dv, kv * kn, kn);
+      }
     }
   }
 }

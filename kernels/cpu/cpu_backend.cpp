@@ -8,7 +8,6 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <type_traits>
 
@@ -43,13 +42,6 @@ void HostAllocator::deallocate(void* pointer, std::size_t /*bytes*/,
                                MemoryCategory /*category*/) noexcept {
   ::operator delete(pointer, kAlignment);
 }
-
-CpuBackend::CpuBackend() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
-
-int blas_threads() { return openblas_get_num_threads(); }
 
 namespace detail {
 
@@ -87,13 +79,17 @@ void CpuBackend::copy_to_host(ConstTensorView src, void* host) {
 
 void CpuBackend::fill(TensorView x, float value) {
   detail::require_storable("fill", "x", x.dtype);
+  const int threads = this->threads();
   if (x.dtype == DType::bf16) {
     auto* p = static_cast<Bf16*>(x.data);
-    std::fill(p, p + x.numel(), to_bf16(value));
+    const Bf16 v = to_bf16(value);
+    detail::parallel_ranges(threads, x.numel(), detail::kParallelGrain,
+                            [&](std::int64_t b, std::int64_t e) { std::fill(p + b, p + e, v); });
     return;
   }
   float* p = x.f32();
-  std::fill(p, p + x.numel(), value);
+  detail::parallel_ranges(threads, x.numel(), detail::kParallelGrain,
+                          [&](std::int64_t b, std::int64_t e) { std::fill(p + b, p + e, value); });
 }
 
 // bf16: each fp32 draw rounded once, so a bf16 shard holds round_to_bf16 of the fp32 values.
@@ -166,32 +162,68 @@ void copy_row(const S* s, std::int64_t si, D* t, std::int64_t ti, std::int64_t n
   }
 }
 
+// The box with its unit extents dropped and each dim merged into the next when both boxes step
+// over it contiguously (stride = next extent · next stride): a copy of whole rows becomes one
+// long run, which copy_row moves with memcpy when the runs are contiguous.
+struct MergedBox {
+  Index extents, from, to;
+};
+MergedBox merge_dims(const StridedBox& from, const StridedBox& to, const Index& extents) {
+  MergedBox m;
+  for (std::size_t d = 0; d < extents.size(); ++d) {
+    if (extents[d] == 1) continue;
+    if (!m.extents.empty()) {
+      const std::size_t last = m.extents.size() - 1;
+      if (m.from[last] == extents[d] * from.strides[d] &&
+          m.to[last] == extents[d] * to.strides[d]) {
+        m.extents[last] *= extents[d];
+        m.from[last] = from.strides[d];
+        m.to[last] = to.strides[d];
+        continue;
+      }
+    }
+    m.extents.push_back(extents[d]);
+    m.from.push_back(from.strides[d]);
+    m.to.push_back(to.strides[d]);
+  }
+  return m;
+}
+
+// The rows (runs of the innermost merged dim) of the box, split over `threads` (parallel.hpp):
+// each range of rows starts from its own odometer position.
 template <class S, class D>
 void copy_box_typed(const S* s, const StridedBox& from, D* t, const StridedBox& to,
-                    const Index& extents, CopyMode mode) {
-  const std::size_t rank = extents.size();
+                    const Index& extents, CopyMode mode, int threads) {
+  const MergedBox m = merge_dims(from, to, extents);
+  const std::size_t rank = m.extents.size();
   if (rank == 0) {
     copy_row(s + from.offset, 1, t + to.offset, 1, 1, mode);
     return;
   }
-  const std::int64_t inner = extents[rank - 1];
-  const std::int64_t si = from.strides[rank - 1], ti = to.strides[rank - 1];
-  Index coord = extents;
-  for (std::int64_t& c : coord) c = 0;
-  while (true) {
-    std::int64_t so = from.offset, to_ = to.offset;
-    for (std::size_t d = 0; d + 1 < rank; ++d) {
-      so += coord[d] * from.strides[d];
-      to_ += coord[d] * to.strides[d];
-    }
-    copy_row(s + so, si, t + to_, ti, inner, mode);
-    std::size_t d = rank - 1;
-    while (d-- > 0) {  // odometer over the outer dims
-      if (++coord[d] < extents[d]) break;
-      coord[d] = 0;
-    }
-    if (d == static_cast<std::size_t>(-1)) return;
-  }
+  const std::int64_t inner = m.extents[rank - 1];
+  const std::int64_t si = m.from[rank - 1], ti = m.to[rank - 1];
+  std::int64_t rows = 1;
+  for (std::size_t d = 0; d + 1 < rank; ++d) rows *= m.extents[d];
+  detail::parallel_ranges(
+      threads, rows, detail::row_grain(inner), [&](std::int64_t first, std::int64_t end) {
+        Index coord = m.extents;  // overwritten below
+        for (std::int64_t r = first, d = static_cast<std::int64_t>(rank) - 1; d-- > 0;) {
+          coord[static_cast<std::size_t>(d)] = r % m.extents[static_cast<std::size_t>(d)];
+          r /= m.extents[static_cast<std::size_t>(d)];
+        }
+        for (std::int64_t r = first; r < end; ++r) {
+          std::int64_t so = from.offset, to_ = to.offset;
+          for (std::size_t d = 0; d + 1 < rank; ++d) {
+            so += coord[d] * m.from[d];
+            to_ += coord[d] * m.to[d];
+          }
+          copy_row(s + so, si, t + to_, ti, inner, mode);
+          for (std::size_t d = rank - 1; d-- > 0;) {  // odometer
+            if (++coord[d] < m.extents[d]) break;
+            coord[d] = 0;
+          }
+        }
+      });
 }
 
 }  // namespace
@@ -213,13 +245,13 @@ void CpuBackend::copy_strided(ConstTensorView src, const StridedBox& from, Tenso
   auto* t32 = static_cast<float*>(dst.data);
   auto* t16 = static_cast<Bf16*>(dst.data);
   if (!src_bf16 && !dst_bf16) {
-    copy_box_typed(s32, from, t32, to, extents, mode);
+    copy_box_typed(s32, from, t32, to, extents, mode, threads());
   } else if (!src_bf16) {
-    copy_box_typed(s32, from, t16, to, extents, mode);
+    copy_box_typed(s32, from, t16, to, extents, mode, threads());
   } else if (!dst_bf16) {
-    copy_box_typed(s16, from, t32, to, extents, mode);
+    copy_box_typed(s16, from, t32, to, extents, mode, threads());
   } else {
-    copy_box_typed(s16, from, t16, to, extents, mode);
+    copy_box_typed(s16, from, t16, to, extents, mode, threads());
   }
 }
 
@@ -306,16 +338,26 @@ CARTO_VECTOR_CLONES void gelu_forward_loop(const float* px, float* py, std::int6
   for (std::int64_t i = 0; i < n; ++i) py[i] = px[i] * gelu_terms(px[i]).sigma;
 }
 
-// dx += dy · d/dx x·σ(2u) = dy · (σ + 2x·σ·(1 - σ)·du/dx), with 1 - σ = e·σ (exact for σ near 1)
-// and 0.5·(1 - tanh²u) = 2σ(1 - σ).
-CARTO_VECTOR_CLONES void gelu_backward_loop(const float* px, const float* pdy, float* pdx,
+// dx (=, +=) dy · d/dx x·σ(2u) = dy · (σ + 2x·σ·(1 - σ)·du/dx), with 1 - σ = e·σ (exact for σ
+// near 1) and 0.5·(1 - tanh²u) = 2σ(1 - σ).
+template <bool Accumulate>
+CARTO_VECTOR_INLINE void gelu_backward_body(const float* px, const float* pdy, float* pdx,
                                             std::int64_t n) {
 #pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) {
     const float v = px[i];
     const GeluTerms t = gelu_terms(v);
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-    pdx[i] += pdy[i] * (t.sigma + 2.0f * v * t.sigma * (t.e * t.sigma) * du);
+    detail::store<Accumulate>(pdx[i],
+                              pdy[i] * (t.sigma + 2.0f * v * t.sigma * (t.e * t.sigma) * du));
+  }
+}
+CARTO_VECTOR_CLONES void gelu_backward_loop(const float* px, const float* pdy, float* pdx,
+                                            std::int64_t n, bool accumulate) {
+  if (accumulate) {
+    gelu_backward_body<true>(px, pdy, pdx, n);
+  } else {
+    gelu_backward_body<false>(px, pdy, pdx, n);
   }
 }
 
@@ -325,23 +367,27 @@ void CpuBackend::gelu_forward(ConstTensorView x, TensorView y) {
   require_numel("gelu_forward", "y", y.numel(), x.numel());
   const std::int64_t block = detail::stage_block(x.numel());
   const Staging st(*this, "gelu_forward", {{"x", x.dtype(), block}, {"y", y.dtype, block}});
-  st.for_blocks(x.numel(), block, [&](std::int64_t at, std::int64_t n) {
-    gelu_forward_loop(st.read(0, x, at, n), st.write(1, y, at, n, Load::no), n);
-    st.commit(1, y, at, n);
-  });
+  st.for_blocks_parallel(
+      x.numel(), block, detail::kParallelGrain, [&](std::int64_t at, std::int64_t n) {
+        gelu_forward_loop(st.read(0, x, at, n), st.write(1, y, at, n, Load::no), n);
+        st.commit(1, y, at, n);
+      });
 }
 
-void CpuBackend::gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) {
+void CpuBackend::gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx,
+                               CopyMode mode) {
   require_numel("gelu_backward", "dy", dy.numel(), x.numel());
   require_numel("gelu_backward", "dx", dx.numel(), x.numel());
   const std::int64_t block = detail::stage_block(x.numel());
   const Staging st(*this, "gelu_backward",
                    {{"x", x.dtype(), block}, {"dy", dy.dtype(), block}, {"dx", dx.dtype, block}});
-  st.for_blocks(x.numel(), block, [&](std::int64_t at, std::int64_t n) {
-    gelu_backward_loop(st.read(0, x, at, n), st.read(1, dy, at, n),
-                       st.write(2, dx, at, n, Load::yes), n);
-    st.commit(2, dx, at, n);
-  });
+  const bool acc = mode == CopyMode::accumulate;
+  st.for_blocks_parallel(
+      x.numel(), block, detail::kParallelGrain, [&](std::int64_t at, std::int64_t n) {
+        gelu_backward_loop(st.read(0, x, at, n), st.read(1, dy, at, n),
+                           st.write(2, dx, at, n, acc ? Load::yes : Load::no), n, acc);
+        st.commit(2, dx, at, n);
+      });
 }
 
 void CpuBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
@@ -350,40 +396,43 @@ void CpuBackend::add(ConstTensorView a, ConstTensorView b, TensorView y) {
   const std::int64_t block = detail::stage_block(a.numel());
   const Staging st(*this, "add",
                    {{"a", a.dtype(), block}, {"b", b.dtype(), block}, {"y", y.dtype, block}});
-  st.for_blocks(a.numel(), block, [&](std::int64_t at, std::int64_t n) {
-    const float* pa = st.read(0, a, at, n);
-    const float* pb = st.read(1, b, at, n);
-    float* py = st.write(2, y, at, n, Load::no);
+  st.for_blocks_parallel(a.numel(), block, detail::kParallelGrain,
+                         [&](std::int64_t at, std::int64_t n) {
+                           const float* pa = st.read(0, a, at, n);
+                           const float* pb = st.read(1, b, at, n);
+                           float* py = st.write(2, y, at, n, Load::no);
 #pragma omp simd
-    for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] + pb[i];
-    st.commit(2, y, at, n);
-  });
+                           for (std::int64_t i = 0; i < n; ++i) py[i] = pa[i] + pb[i];
+                           st.commit(2, y, at, n);
+                         });
 }
 
 void CpuBackend::scale(ConstTensorView x, float factor, TensorView y) {
   require_numel("scale", "y", y.numel(), x.numel());
   const std::int64_t block = detail::stage_block(x.numel());
   const Staging st(*this, "scale", {{"x", x.dtype(), block}, {"y", y.dtype, block}});
-  st.for_blocks(x.numel(), block, [&](std::int64_t at, std::int64_t n) {
-    const float* px = st.read(0, x, at, n);
-    float* py = st.write(1, y, at, n, Load::no);
+  st.for_blocks_parallel(x.numel(), block, detail::kParallelGrain,
+                         [&](std::int64_t at, std::int64_t n) {
+                           const float* px = st.read(0, x, at, n);
+                           float* py = st.write(1, y, at, n, Load::no);
 #pragma omp simd
-    for (std::int64_t i = 0; i < n; ++i) py[i] = factor * px[i];
-    st.commit(1, y, at, n);
-  });
+                           for (std::int64_t i = 0; i < n; ++i) py[i] = factor * px[i];
+                           st.commit(1, y, at, n);
+                         });
 }
 
 void CpuBackend::add_scaled(ConstTensorView x, float factor, TensorView y) {
   require_numel("add_scaled", "y", y.numel(), x.numel());
   const std::int64_t block = detail::stage_block(x.numel());
   const Staging st(*this, "add_scaled", {{"x", x.dtype(), block}, {"y", y.dtype, block}});
-  st.for_blocks(x.numel(), block, [&](std::int64_t at, std::int64_t n) {
-    const float* px = st.read(0, x, at, n);
-    float* py = st.write(1, y, at, n, Load::yes);
+  st.for_blocks_parallel(x.numel(), block, detail::kParallelGrain,
+                         [&](std::int64_t at, std::int64_t n) {
+                           const float* px = st.read(0, x, at, n);
+                           float* py = st.write(1, y, at, n, Load::yes);
 #pragma omp simd
-    for (std::int64_t i = 0; i < n; ++i) py[i] += factor * px[i];
-    st.commit(1, y, at, n);
-  });
+                           for (std::int64_t i = 0; i < n; ++i) py[i] += factor * px[i];
+                           st.commit(1, y, at, n);
+                         });
 }
 
 namespace {
@@ -405,7 +454,7 @@ void CpuBackend::bias_forward(ConstTensorView x, ConstTensorView b, TensorView y
   const Staging st(*this, "bias_forward",
                    {{"b", b.dtype(), w}, {"x", x.dtype(), step * w}, {"y", y.dtype, step * w}});
   const float* pb = st.read(0, b, 0, w);
-  st.for_blocks(rows, step, [&](std::int64_t r0, std::int64_t nr) {
+  st.for_blocks_parallel(rows, step, detail::row_grain(w), [&](std::int64_t r0, std::int64_t nr) {
     const float* px = st.read(1, x, r0 * w, nr * w);
     float* py = st.write(2, y, r0 * w, nr * w, Load::no);
     for (std::int64_t r = 0; r < nr; ++r) {
@@ -418,12 +467,14 @@ void CpuBackend::bias_forward(ConstTensorView x, ConstTensorView b, TensorView y
   });
 }
 
-// db's fp32 values stay in one slot over all rows and are rounded once at the end.
-void CpuBackend::bias_backward(ConstTensorView dy, TensorView db) {
+// db's fp32 values stay in one slot over all rows (from 0 when assigned) and are rounded once at
+// the end.
+void CpuBackend::bias_backward(ConstTensorView dy, TensorView db, CopyMode mode) {
   const std::int64_t w = bias_width("bias_backward", dy.shape(), db.shape);
   const std::int64_t rows = dy.numel() / w, step = detail::rows_per_block(w, rows);
   const Staging st(*this, "bias_backward", {{"db", db.dtype, w}, {"dy", dy.dtype(), step * w}});
-  float* pdb = st.write(0, db, 0, w, Load::yes);
+  float* pdb = st.write(0, db, 0, w, mode == CopyMode::accumulate ? Load::yes : Load::no);
+  if (mode == CopyMode::assign) std::fill(pdb, pdb + w, 0.0f);
   st.for_blocks(rows, step, [&](std::int64_t r0, std::int64_t nr) {
     const float* pdy = st.read(1, dy, r0 * w, nr * w);
     for (std::int64_t r = 0; r < nr; ++r) {
@@ -433,41 +484,6 @@ void CpuBackend::bias_backward(ConstTensorView dy, TensorView db) {
     }
   });
   st.commit(0, db, 0, w);
-}
-
-// ---- AdamW
-// ---------------------------------------------------------------------------------------
-
-void CpuBackend::adamw_update(TensorView param, ConstTensorView grad, TensorView m, TensorView v,
-                              const AdamWArgs& args) {
-  require_same_shape("adamw_update", param.shape, grad.shape());
-  require_same_shape("adamw_update", param.shape, m.shape);
-  require_same_shape("adamw_update", param.shape, v.shape);
-  CARTO_CHECK(args.step >= 1, "adamw_update: the step t counts from 1; got ", args.step);
-  float* p = detail::fp32_of("adamw_update", "param", param);
-  float* pm = detail::fp32_of("adamw_update", "m", m);
-  float* pv = detail::fp32_of("adamw_update", "v", v);
-  const double t = static_cast<double>(args.step);
-  const auto correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta1), t));
-  const auto correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta2), t));
-  const float b1 = args.beta1, b2 = args.beta2, lr = args.learning_rate, eps = args.epsilon,
-              wd = args.weight_decay;
-  const std::int64_t block = detail::stage_block(param.numel());
-  const Staging st(*this, "adamw_update", {{"grad", grad.dtype(), block}});
-  st.for_blocks(param.numel(), block, [&](std::int64_t at, std::int64_t n) {
-    const float* g = st.read(0, grad, at, n);
-    float* pa = p + at;
-    float* ma = pm + at;
-    float* va = pv + at;
-#pragma omp simd
-    for (std::int64_t i = 0; i < n; ++i) {
-      ma[i] = b1 * ma[i] + (1.0f - b1) * g[i];
-      va[i] = b2 * va[i] + (1.0f - b2) * g[i] * g[i];
-      const float m_hat = ma[i] / correction1;
-      const float v_hat = va[i] / correction2;
-      pa[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + wd * pa[i]);
-    }
-  });
 }
 
 }  // namespace carto::cpu

@@ -1,12 +1,24 @@
 // cpu/cpu_backend.hpp — the CPU backend: OpenBLAS sgemm and C++ kernels on fp32 and bf16
 // storage (carto::cpu).
 //
-// Design note: one CpuBackend per rank, used from that rank's thread only. Every kernel runs on the
-// calling thread before returning (the queue is trivially in order; synchronize() does nothing).
-// GEMMs call cblas_sgemm with OpenBLAS limited to one thread (openblas_set_num_threads(1), set by
-// the first CpuBackend constructed; the setting is process-wide), so that ranks on threads do not
-// oversubscribe the cores and a rank's time is its own. Fused attention runs its products as such
-// GEMMs too, a block of query rows at a time. The other kernels are fp32 loops the compiler
+// Design note: one CpuBackend per rank, used from that rank's thread only. Every kernel has
+// finished when its call returns (the queue is trivially in order; synchronize() does nothing).
+//
+// Threads. A rank's kernels use the cores given to it: threads() threads, which is
+// CpuOptions::threads when set, else the environment variable CARTO_CPU_THREADS when set (a whole
+// number from 1 to 1024; anything else is a carto::Error naming it), else the cores this process
+// may run on (its CPU affinity mask) divided by the CpuBackends alive in the process (the ranks on
+// threads), at least 1. The loop kernels split their elements or rows over an OpenMP team of that
+// many threads (parallel.hpp) when every view is fp32 and the call is large enough; bf16 calls
+// stage through one scratch buffer and stay on the calling thread. GEMMs are OpenBLAS's
+// cblas_sgemm. Debian's OpenBLAS 0.3.21 (libopenblas0-pthread) has one thread count for the whole
+// process (openblas_set_num_threads; openblas_set_num_threads_local only exists from 0.3.27), so
+// each CpuBackend constructed or destroyed sets it to the smallest threads() of the CpuBackends
+// then alive, and blas_threads() reads it back: a lone rank gets every core, two thread ranks on
+// two cores one each, and ranks with different counts never oversubscribe. That overrides
+// OPENBLAS_NUM_THREADS, as the thread count of a rank is CARTO_CPU_THREADS's to say. Fused
+// attention runs its products as such GEMMs too, a block of query rows at a time (small GEMMs,
+// which OpenBLAS runs on the calling thread). The other kernels are fp32 loops the compiler
 // vectorizes at the baseline ISA, with no -march flag (vector_math.hpp): the reductions that decide
 // accuracy (layernorm statistics, softmax and cross-entropy sums, attention's row sums) are
 // accumulated in float in a fixed order of 16 lanes, as a GPU kernel would, and exp is a
@@ -45,9 +57,21 @@ class HostAllocator final : public Allocator {
   void deallocate(void* pointer, std::size_t bytes, MemoryCategory category) noexcept override;
 };
 
+// How a CpuBackend runs.
+struct CpuOptions {
+  // The threads of this rank's kernels; 0: CARTO_CPU_THREADS, else cores / CpuBackends alive.
+  int threads = 0;
+};
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend();
+  explicit CpuBackend(CpuOptions options = {});
+  ~CpuBackend() override;
+  CpuBackend(const CpuBackend&) = delete;
+  CpuBackend& operator=(const CpuBackend&) = delete;
+
+  // The threads this rank's kernels run on now (see the design note).
+  [[nodiscard]] int threads() const;
 
   [[nodiscard]] std::string_view name() const override { return "cpu"; }
   Allocator& device_allocator() override { return host_; }
@@ -68,7 +92,7 @@ class CpuBackend final : public Backend {
                          const LayerNormArgs& args) override;
   void layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                           ConstTensorView mean, ConstTensorView rstd, TensorView dx,
-                          TensorView dgamma, TensorView dbeta) override;
+                          TensorView dgamma, TensorView dbeta, const NormGradModes& modes) override;
   void layernorm_partial_sums(ConstTensorView x, TensorView sums) override;
   void layernorm_apply(ConstTensorView x, ConstTensorView sums, std::int64_t global_columns,
                        ConstTensorView gamma, ConstTensorView beta, TensorView y, TensorView mean,
@@ -79,33 +103,56 @@ class CpuBackend final : public Backend {
   void layernorm_backward_apply(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                                 ConstTensorView mean, ConstTensorView rstd, ConstTensorView sums,
                                 std::int64_t global_columns, TensorView dx, TensorView dgamma,
-                                TensorView dbeta) override;
+                                TensorView dbeta, const NormGradModes& modes) override;
+
+  void rmsnorm_forward(ConstTensorView x, ConstTensorView gamma, TensorView y, TensorView rstd,
+                       const RmsNormArgs& args) override;
+  void rmsnorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                        ConstTensorView rstd, TensorView dx, TensorView dgamma,
+                        const NormGradModes& modes) override;
+  void rmsnorm_partial_sums(ConstTensorView x, TensorView sums) override;
+  void rmsnorm_apply(ConstTensorView x, ConstTensorView sums, std::int64_t global_columns,
+                     ConstTensorView gamma, TensorView y, TensorView rstd,
+                     const RmsNormArgs& args) override;
+  void rmsnorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                                     ConstTensorView rstd, TensorView sums) override;
+  void rmsnorm_backward_apply(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                              ConstTensorView rstd, ConstTensorView sums,
+                              std::int64_t global_columns, TensorView dx, TensorView dgamma,
+                              const NormGradModes& modes) override;
 
   void softmax_forward(ConstTensorView x, TensorView y, const SoftmaxArgs& args) override;
   void softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
-                        const SoftmaxArgs& args) override;
+                        const SoftmaxArgs& args, CopyMode mode) override;
 
   void attention_forward(ConstTensorView q, ConstTensorView k, ConstTensorView v, TensorView out,
                          TensorView logsumexp, const AttentionArgs& args) override;
   void attention_backward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                           ConstTensorView out, ConstTensorView logsumexp, ConstTensorView dout,
-                          TensorView dq, TensorView dk, TensorView dv,
-                          const AttentionArgs& args) override;
+                          TensorView dq, TensorView dk, TensorView dv, const AttentionArgs& args,
+                          CopyMode mode) override;
 
   void gelu_forward(ConstTensorView x, TensorView y) override;
-  void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) override;
+  void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx, CopyMode mode) override;
   void dropout_forward(ConstTensorView x, TensorView y, const DropoutArgs& args) override;
-  void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args) override;
+  void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args,
+                        CopyMode mode) override;
   void add(ConstTensorView a, ConstTensorView b, TensorView y) override;
   void scale(ConstTensorView x, float factor, TensorView y) override;
   void add_scaled(ConstTensorView x, float factor, TensorView y) override;
+  void silu_mul_forward(ConstTensorView gate, ConstTensorView up, TensorView y) override;
+  void silu_mul_backward(ConstTensorView gate, ConstTensorView up, ConstTensorView dy,
+                         TensorView dgate, TensorView dup, CopyMode mode) override;
+  void rotary_forward(ConstTensorView x, TensorView y, const RotaryArgs& args) override;
+  void rotary_backward(ConstTensorView dy, TensorView dx, const RotaryArgs& args,
+                       CopyMode mode) override;
   void bias_forward(ConstTensorView x, ConstTensorView b, TensorView y) override;
-  void bias_backward(ConstTensorView dy, TensorView db) override;
+  void bias_backward(ConstTensorView dy, TensorView db, CopyMode mode) override;
 
   void embedding_forward(ConstTensorView table, IndexView ids, TensorView out,
                          const EmbeddingShard& shard) override;
   void embedding_backward(ConstTensorView dout, IndexView ids, TensorView dtable,
-                          const EmbeddingShard& shard) override;
+                          const EmbeddingShard& shard, CopyMode mode) override;
 
   void cross_entropy_forward(ConstTensorView logits, IndexView targets, TensorView loss,
                              TensorView logsumexp, const CrossEntropyArgs& args) override;
@@ -119,16 +166,21 @@ class CpuBackend final : public Backend {
                           const CrossEntropyArgs& args) override;
   void cross_entropy_backward(ConstTensorView logits, IndexView targets, ConstTensorView logsumexp,
                               ConstTensorView dloss, TensorView dlogits,
-                              const CrossEntropyArgs& args) override;
+                              const CrossEntropyArgs& args, CopyMode mode) override;
 
   void adamw_update(TensorView param, ConstTensorView grad, TensorView m, TensorView v,
                     const AdamWArgs& args) override;
+  void adamw_update_all(std::span<const AdamWShard> shards, const AdamWArgs& args) override;
 
  private:
   HostAllocator host_;
+  int requested_ = 0;  // CpuOptions::threads or CARTO_CPU_THREADS; 0: cores / backends alive
 };
 
-// The number of threads OpenBLAS runs a GEMM on (1 once a CpuBackend exists).
+// The number of threads OpenBLAS runs a GEMM on: the smallest threads() of the CpuBackends alive
+// when one was last constructed or destroyed.
 int blas_threads();
+// The cores this process may run on (its affinity mask).
+int available_cores();
 
 }  // namespace carto::cpu

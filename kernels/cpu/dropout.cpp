@@ -126,7 +126,14 @@ void CpuBackend::dropout_forward(ConstTensorView x, TensorView y, const DropoutA
       [](bool keep, float xi, float /*yi*/, float kept) { return keep ? xi * kept : 0.0f; });
 }
 
-void CpuBackend::dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args) {
+void CpuBackend::dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args,
+                                  CopyMode mode) {
+  if (mode == CopyMode::assign) {
+    apply_dropout(
+        *this, "dropout_backward", dy, dx, args, Load::no,
+        [](bool keep, float dyi, float /*dxi*/, float kept) { return keep ? dyi * kept : 0.0f; });
+    return;
+  }
   apply_dropout(
       *this, "dropout_backward", dy, dx, args, Load::yes,
       [](bool keep, float dyi, float dxi, float kept) { return keep ? dxi + dyi * kept : dxi; });

@@ -27,6 +27,8 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "parallel.hpp"
+
 namespace carto::cpu::detail {
 
 // Elements per step of a staged elementwise kernel (16 KiB of fp32 per slot).
@@ -41,6 +43,9 @@ constexpr std::int64_t stage_block(std::int64_t n) {
 // to_bf16 bit for bit) over n elements; vectorized (cpu_backend.cpp).
 void widen(const Bf16* src, float* dst, std::int64_t n);
 void narrow(const float* src, Bf16* dst, std::int64_t n);
+
+// The threads a CPU backend's kernels run on (CpuBackend::threads(); 1 for another backend).
+int kernel_threads(const Backend& backend);
 
 // A data view (activation, gradient, compute copy of a parameter): fp32 or bf16.
 inline void require_storable(std::string_view call, std::string_view what, DType dtype) {
@@ -81,7 +86,8 @@ class Staging {
     std::int64_t floats = 0;
   };
 
-  Staging(Backend& backend, std::string_view call, std::initializer_list<Slot> slots) {
+  Staging(Backend& backend, std::string_view call, std::initializer_list<Slot> slots)
+      : threads_(kernel_threads(backend)) {
     CARTO_CHECK(slots.size() <= kMaxSlots, call, ": ", slots.size(), " staged views; at most ",
                 kMaxSlots);
     std::int64_t total = 0;
@@ -132,6 +138,18 @@ class Staging {
     }
     for (std::int64_t at = 0; at < n; at += block) f(at, std::min(block, n - at));
   }
+  // for_blocks for a kernel whose steps are independent (no output that every step adds into):
+  // when every view is fp32, [0, n) is split over the backend's threads (parallel.hpp), ranges of
+  // at least `grain` units (elements, or rows of a row kernel); staged views run serially.
+  template <class F>
+  void for_blocks_parallel(std::int64_t n, std::int64_t block, std::int64_t grain, F&& f) const {
+    if (direct_) {
+      parallel_ranges(threads_, n, grain, [&](std::int64_t b, std::int64_t e) { f(b, e - b); });
+      return;
+    }
+    for_blocks(n, block, f);
+  }
+  [[nodiscard]] int threads() const { return threads_; }
 
  private:
   [[nodiscard]] float* slot(std::size_t k) const {
@@ -140,16 +158,19 @@ class Staging {
 
   static constexpr std::size_t kMaxSlots = 10;
   std::array<std::int64_t, kMaxSlots> offsets_{};  // no heap allocation on the fp32 path
+  int threads_ = 1;
   bool direct_ = true;
   Buffer buffer_;
 };
 
-// Rows per step of a staged row kernel with rows of `columns` elements: about kStageBlock
-// elements, at least one row.
 // Rows of `columns` per staged step: about kStageBlock elements, at most the `rows` there are.
 inline std::int64_t rows_per_block(std::int64_t columns, std::int64_t rows) {
   const std::int64_t step = columns >= kStageBlock ? 1 : kStageBlock / (columns > 0 ? columns : 1);
   return std::max<std::int64_t>(1, std::min(step, rows));
+}
+// Rows of `columns` per thread below which a row kernel stays on one thread.
+inline std::int64_t row_grain(std::int64_t columns) {
+  return std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(columns, 1));
 }
 
 }  // namespace carto::cpu::detail

@@ -96,8 +96,9 @@ void scatter_add_fp32(const Staging& st, ConstTensorView dout, const IndexView& 
 }  // namespace
 
 void CpuBackend::embedding_backward(ConstTensorView dout, IndexView ids, TensorView dtable,
-                                    const EmbeddingShard& shard) {
+                                    const EmbeddingShard& shard, CopyMode mode) {
   const TableGeometry t = table_geometry("embedding_backward", dtable.shape, ids, dout.numel());
+  if (mode == CopyMode::assign) fill(dtable, 0.0f);  // the rows no token hits are 0
   const std::int64_t w = t.width;
   const Staging st(*this, "embedding_backward",
                    {{"dout", dout.dtype(), w}, {"dtable", dtable.dtype, w}});
@@ -175,12 +176,13 @@ CARTO_VECTOR_CLONES void max_and_sum_exp_rows(const float* pl, float* pm, float*
   }
 }
 
-// dlogits += g · (exp(logit - lse) - [column == target]), target the row's column in this shard
-// or outside [0, vocab).
+// dlogits (=, +=) g · (exp(logit - lse) - [column == target]), target the row's column in this
+// shard or outside [0, vocab).
 CARTO_VECTOR_CLONES void cross_entropy_backward_rows(const float* pl, const float* plse,
                                                      const std::int32_t* targets,
                                                      std::int64_t vocab_offset, float g, float* pd,
-                                                     std::int64_t rows, std::int64_t vocab) {
+                                                     std::int64_t rows, std::int64_t vocab,
+                                                     bool accumulate) {
   for (std::int64_t i = 0; i < rows; ++i) {
     const float* li = pl + i * vocab;
     float* di = pd + i * vocab;
@@ -189,9 +191,14 @@ CARTO_VECTOR_CLONES void cross_entropy_backward_rows(const float* pl, const floa
     // shard's vocab rows) redone from its old value with the -1.
     const std::int64_t target = targets[i] - vocab_offset;
     const bool local = target >= 0 && target < vocab;
-    const float before = local ? di[target] : 0.0f;
+    const float before = local && accumulate ? di[target] : 0.0f;
+    if (accumulate) {
 #pragma omp simd
-    for (std::int64_t j = 0; j < vocab; ++j) di[j] += g * exp_approx(li[j] - lse);
+      for (std::int64_t j = 0; j < vocab; ++j) di[j] += g * exp_approx(li[j] - lse);
+    } else {
+#pragma omp simd
+      for (std::int64_t j = 0; j < vocab; ++j) di[j] = g * exp_approx(li[j] - lse);
+    }
     if (local) di[target] = before + g * (exp_approx(li[target] - lse) - 1.0f);
   }
 }
@@ -203,7 +210,7 @@ void CpuBackend::cross_entropy_row_max(ConstTensorView logits, TensorView row_ma
   float* pm = fp32_of("cross_entropy_row_max", "row_max", row_max);
   const std::int64_t v = r.vocab, step = rows_per_block(v, r.rows);
   const Staging st(*this, "cross_entropy_row_max", {{"logits", logits.dtype(), step * v}});
-  st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+  st.for_blocks_parallel(r.rows, step, detail::row_grain(v), [&](std::int64_t r0, std::int64_t nr) {
     row_max_rows(st.read(0, logits, r0 * v, nr * v), pm + r0, nr, v);
   });
 }
@@ -217,7 +224,7 @@ void CpuBackend::cross_entropy_sum_exp(ConstTensorView logits, ConstTensorView r
   float* ps = fp32_of(call, "sum_exp", sum_exp);
   const std::int64_t v = r.vocab, step = rows_per_block(v, r.rows);
   const Staging st(*this, call, {{"logits", logits.dtype(), step * v}});
-  st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+  st.for_blocks_parallel(r.rows, step, detail::row_grain(v), [&](std::int64_t r0, std::int64_t nr) {
     sum_exp_rows(st.read(0, logits, r0 * v, nr * v), pm + r0, ps + r0, nr, v);
   });
 }
@@ -277,7 +284,7 @@ void CpuBackend::cross_entropy_forward(ConstTensorView logits, IndexView targets
   fp32_of("cross_entropy_forward", "logsumexp", logsumexp);
   const std::int64_t v = r.vocab, step = rows_per_block(v, r.rows);
   const Staging st(*this, "cross_entropy_forward", {{"logits", logits.dtype(), step * v}});
-  st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+  st.for_blocks_parallel(r.rows, step, detail::row_grain(v), [&](std::int64_t r0, std::int64_t nr) {
     max_and_sum_exp_rows(st.read(0, logits, r0 * v, nr * v), row_max.f32() + r0, sum_exp.f32() + r0,
                          nr, v);
   });
@@ -287,7 +294,8 @@ void CpuBackend::cross_entropy_forward(ConstTensorView logits, IndexView targets
 
 void CpuBackend::cross_entropy_backward(ConstTensorView logits, IndexView targets,
                                         ConstTensorView logsumexp, ConstTensorView dloss,
-                                        TensorView dlogits, const CrossEntropyArgs& args) {
+                                        TensorView dlogits, const CrossEntropyArgs& args,
+                                        CopyMode mode) {
   const LogitRows r = logit_rows("cross_entropy_backward", logits.shape(), targets.numel(), args);
   require_numel("cross_entropy_backward", "logsumexp", logsumexp.numel(), r.rows);
   require_numel("cross_entropy_backward", "dloss", dloss.numel(), 1);
@@ -299,11 +307,12 @@ void CpuBackend::cross_entropy_backward(ConstTensorView logits, IndexView target
   const std::int64_t v = r.vocab, step = rows_per_block(v, r.rows);
   const Staging st(*this, call,
                    {{"logits", logits.dtype(), step * v}, {"dlogits", dlogits.dtype, step * v}});
-  st.for_blocks(r.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+  const bool acc = mode == CopyMode::accumulate;
+  st.for_blocks_parallel(r.rows, step, detail::row_grain(v), [&](std::int64_t r0, std::int64_t nr) {
     const std::int64_t at = r0 * v, n = nr * v;
-    cross_entropy_backward_rows(st.read(0, logits, at, n), plse + r0, targets.data + r0,
-                                args.vocab_offset, g, st.write(1, dlogits, at, n, Load::yes), nr,
-                                v);
+    cross_entropy_backward_rows(
+        st.read(0, logits, at, n), plse + r0, targets.data + r0, args.vocab_offset, g,
+        st.write(1, dlogits, at, n, acc ? Load::yes : Load::no), nr, v, acc);
     st.commit(1, dlogits, at, n);
   });
 }

@@ -25,6 +25,7 @@ using detail::max_lanes;
 using detail::require_numel;
 using detail::rows_per_block;
 using detail::Staging;
+using detail::store;
 using detail::sum_lanes;
 
 // ---- layernorm
@@ -76,14 +77,15 @@ CARTO_VECTOR_INLINE void normalize_row(const float* xr, const float* gamma, cons
 }
 
 // One row of the backward from the row's g_mean = mean(dy·γ) and gx_mean = mean(dy·γ·x̂):
-// dx += s·(dy·γ − g_mean − x̂·gx_mean); dgamma += dy·x̂; dbeta += dy.
+// dx (=, +=) s·(dy·γ − g_mean − x̂·gx_mean); dgamma += dy·x̂; dbeta += dy.
+template <bool AccumulateDx>
 CARTO_VECTOR_INLINE void backward_row(const float* dyr, const float* xr, const float* gamma,
                                       float mu, float s, float g_mean, float gx_mean, float* dxr,
                                       float* dgamma, float* dbeta, std::int64_t c) {
 #pragma omp simd
   for (std::int64_t j = 0; j < c; ++j) {
     const float xhat = (xr[j] - mu) * s;
-    dxr[j] += s * (dyr[j] * gamma[j] - g_mean - xhat * gx_mean);
+    store<AccumulateDx>(dxr[j], s * (dyr[j] * gamma[j] - g_mean - xhat * gx_mean));
     dgamma[j] += dyr[j] * xhat;
     dbeta[j] += dyr[j];
   }
@@ -113,7 +115,7 @@ CARTO_VECTOR_CLONES void layernorm_rows(const float* px, const float* pg, const 
 CARTO_VECTOR_CLONES void layernorm_backward_rows(const float* pdy, const float* px, const float* pg,
                                                  const float* pmean, const float* prstd, float* pdx,
                                                  float* pdg, float* pdb, std::int64_t rows,
-                                                 std::int64_t c) {
+                                                 std::int64_t c, bool accumulate_dx) {
   const float inv_c = 1.0f / static_cast<float>(c);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = px + r * c;
@@ -123,8 +125,23 @@ CARTO_VECTOR_CLONES void layernorm_backward_rows(const float* pdy, const float* 
     const float g_mean = sum_lanes<float>(c, [&](std::int64_t j) { return dyr[j] * pg[j]; });
     const float gx_mean =
         sum_lanes<float>(c, [&](std::int64_t j) { return dyr[j] * pg[j] * (xr[j] - mu) * s; });
-    backward_row(dyr, xr, pg, mu, s, g_mean * inv_c, gx_mean * inv_c, pdx + r * c, pdg, pdb, c);
+    if (accumulate_dx) {
+      backward_row<true>(dyr, xr, pg, mu, s, g_mean * inv_c, gx_mean * inv_c, pdx + r * c, pdg, pdb,
+                         c);
+    } else {
+      backward_row<false>(dyr, xr, pg, mu, s, g_mean * inv_c, gx_mean * inv_c, pdx + r * c, pdg,
+                          pdb, c);
+    }
   }
+}
+
+// The fp32 accumulator of a per-column gradient (dgamma, dbeta) that every row adds into: slot k
+// (or the view itself when fp32), starting from its values (accumulate) or from 0 (assign).
+float* column_sums(const Staging& st, std::size_t k, const TensorView& out, std::int64_t c,
+                   CopyMode mode) {
+  float* p = st.write(k, out, 0, c, mode == CopyMode::accumulate ? Load::yes : Load::no);
+  if (mode == CopyMode::assign) std::fill(p, p + c, 0.0f);
+  return p;
 }
 
 }  // namespace
@@ -147,7 +164,7 @@ void CpuBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, Con
                     {"y", y.dtype, step * c}});
   const float* pg = st.read(0, gamma, 0, c);
   const float* pb = st.read(1, beta, 0, c);
-  st.for_blocks(rows, step, [&](std::int64_t r0, std::int64_t nr) {
+  st.for_blocks_parallel(rows, step, detail::row_grain(c), [&](std::int64_t r0, std::int64_t nr) {
     layernorm_rows(st.read(2, x, r0 * c, nr * c), pg, pb, st.write(3, y, r0 * c, nr * c, Load::no),
                    pmean + r0, prstd + r0, nr, c, args.epsilon);
     st.commit(3, y, r0 * c, nr * c);
@@ -156,7 +173,8 @@ void CpuBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, Con
 
 void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                                     ConstTensorView mean, ConstTensorView rstd, TensorView dx,
-                                    TensorView dgamma, TensorView dbeta) {
+                                    TensorView dgamma, TensorView dbeta,
+                                    const NormGradModes& modes) {
   const auto [rows, c] = check_norm(
       "layernorm_backward", x.shape(),
       {.elements = {{"dy", dy.numel()}, {"dx", dx.numel()}},
@@ -174,12 +192,14 @@ void CpuBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, Const
                     {"x", x.dtype(), step * c},
                     {"dx", dx.dtype, step * c}});
   const float* pg = st.read(0, gamma, 0, c);
-  float* pdg = st.write(1, dgamma, 0, c, Load::yes);
-  float* pdb = st.write(2, dbeta, 0, c, Load::yes);
+  float* pdg = column_sums(st, 1, dgamma, c, modes.dgamma);
+  float* pdb = column_sums(st, 2, dbeta, c, modes.dbeta);
+  const bool acc_dx = modes.dx == CopyMode::accumulate;
+  const Load load_dx = acc_dx ? Load::yes : Load::no;
   st.for_blocks(rows, step, [&](std::int64_t r0, std::int64_t nr) {
     const std::int64_t at = r0 * c, n = nr * c;
     layernorm_backward_rows(st.read(3, dy, at, n), st.read(4, x, at, n), pg, pmean + r0, prstd + r0,
-                            st.write(5, dx, at, n, Load::yes), pdg, pdb, nr, c);
+                            st.write(5, dx, at, n, load_dx), pdg, pdb, nr, c, acc_dx);
     st.commit(5, dx, at, n);
   });
   st.commit(1, dgamma, 0, c);
@@ -240,11 +260,17 @@ CARTO_VECTOR_CLONES void backward_apply_rows(const float* pdy, const float* px, 
                                              const float* pmean, const float* prstd,
                                              const float* ps, float global_columns, float* pdx,
                                              float* pdg, float* pdb, std::int64_t rows,
-                                             std::int64_t c) {
+                                             std::int64_t c, bool accumulate_dx) {
   const float inv_c = 1.0f / global_columns;
   for (std::int64_t r = 0; r < rows; ++r) {
-    backward_row(pdy + r * c, px + r * c, pg, pmean[r], prstd[r], ps[2 * r] * inv_c,
-                 ps[2 * r + 1] * inv_c, pdx + r * c, pdg, pdb, c);
+    const float g_mean = ps[2 * r] * inv_c, gx_mean = ps[2 * r + 1] * inv_c;
+    if (accumulate_dx) {
+      backward_row<true>(pdy + r * c, px + r * c, pg, pmean[r], prstd[r], g_mean, gx_mean,
+                         pdx + r * c, pdg, pdb, c);
+    } else {
+      backward_row<false>(pdy + r * c, px + r * c, pg, pmean[r], prstd[r], g_mean, gx_mean,
+                          pdx + r * c, pdg, pdb, c);
+    }
   }
 }
 
@@ -255,7 +281,7 @@ void CpuBackend::layernorm_partial_sums(ConstTensorView x, TensorView sums) {
   float* ps = fp32_of("layernorm_partial_sums", "sums", sums);
   const std::int64_t c = n.columns, step = rows_per_block(c, n.rows);
   const Staging st(*this, "layernorm_partial_sums", {{"x", x.dtype(), step * c}});
-  st.for_blocks(n.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+  st.for_blocks_parallel(n.rows, step, detail::row_grain(c), [&](std::int64_t r0, std::int64_t nr) {
     partial_sums_rows(st.read(0, x, r0 * c, nr * c), ps + 2 * r0, nr, c);
   });
 }
@@ -282,7 +308,7 @@ void CpuBackend::layernorm_apply(ConstTensorView x, ConstTensorView sums,
                     {"y", y.dtype, step * c}});
   const float* pg = st.read(0, gamma, 0, c);
   const float* pb = st.read(1, beta, 0, c);
-  st.for_blocks(n.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+  st.for_blocks_parallel(n.rows, step, detail::row_grain(c), [&](std::int64_t r0, std::int64_t nr) {
     const std::int64_t at = r0 * c, count = nr * c;
     apply_rows(st.read(2, x, at, count), ps + 2 * r0, static_cast<double>(global_columns), pg, pb,
                st.write(3, y, at, count, Load::no), pmean + r0, prstd + r0, nr, c,
@@ -308,7 +334,7 @@ void CpuBackend::layernorm_backward_partial_sums(ConstTensorView dy, ConstTensor
       *this, call,
       {{"gamma", gamma.dtype(), c}, {"dy", dy.dtype(), step * c}, {"x", x.dtype(), step * c}});
   const float* pg = st.read(0, gamma, 0, c);
-  st.for_blocks(n.rows, step, [&](std::int64_t r0, std::int64_t nr) {
+  st.for_blocks_parallel(n.rows, step, detail::row_grain(c), [&](std::int64_t r0, std::int64_t nr) {
     const std::int64_t at = r0 * c, count = nr * c;
     backward_partial_sums_rows(st.read(1, dy, at, count), st.read(2, x, at, count), pg, pmean + r0,
                                prstd + r0, ps + 2 * r0, nr, c);
@@ -319,7 +345,8 @@ void CpuBackend::layernorm_backward_apply(ConstTensorView dy, ConstTensorView x,
                                           ConstTensorView gamma, ConstTensorView mean,
                                           ConstTensorView rstd, ConstTensorView sums,
                                           std::int64_t global_columns, TensorView dx,
-                                          TensorView dgamma, TensorView dbeta) {
+                                          TensorView dgamma, TensorView dbeta,
+                                          const NormGradModes& modes) {
   const NormRows n = check_norm(
       "layernorm_backward_apply", x.shape(),
       {.elements = {{"dy", dy.numel()}, {"dx", dx.numel()}},
@@ -340,13 +367,15 @@ void CpuBackend::layernorm_backward_apply(ConstTensorView dy, ConstTensorView x,
                     {"x", x.dtype(), step * c},
                     {"dx", dx.dtype, step * c}});
   const float* pg = st.read(0, gamma, 0, c);
-  float* pdg = st.write(1, dgamma, 0, c, Load::yes);
-  float* pdb = st.write(2, dbeta, 0, c, Load::yes);
+  float* pdg = column_sums(st, 1, dgamma, c, modes.dgamma);
+  float* pdb = column_sums(st, 2, dbeta, c, modes.dbeta);
+  const bool acc_dx = modes.dx == CopyMode::accumulate;
+  const Load load_dx = acc_dx ? Load::yes : Load::no;
   st.for_blocks(n.rows, step, [&](std::int64_t r0, std::int64_t nr) {
     const std::int64_t at = r0 * c, count = nr * c;
     backward_apply_rows(st.read(3, dy, at, count), st.read(4, x, at, count), pg, pmean + r0,
                         prstd + r0, ps + 2 * r0, static_cast<float>(global_columns),
-                        st.write(5, dx, at, count, Load::yes), pdg, pdb, nr, c);
+                        st.write(5, dx, at, count, load_dx), pdg, pdb, nr, c, acc_dx);
     st.commit(5, dx, at, count);
   });
   st.commit(1, dgamma, 0, c);
@@ -405,15 +434,21 @@ CARTO_VECTOR_CLONES void softmax_forward_rows(const float* px, float* py, const 
 // Rows [first, first + rows) of softmax_backward, the pointers at row `first`.
 CARTO_VECTOR_CLONES void softmax_backward_rows(const float* py, const float* pdy, float* pdx,
                                                const SoftmaxRows& geo, std::int64_t first,
-                                               std::int64_t rows, float scale) {
+                                               std::int64_t rows, float scale, bool accumulate) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* yr = py + r * geo.keys;
     const float* dyr = pdy + r * geo.keys;
     float* dxr = pdx + r * geo.keys;
     const std::int64_t n = geo.visible(first + r);  // masked entries have y = 0 and gradient 0
     const float dot = sum_lanes<float>(n, [&](std::int64_t j) { return dyr[j] * yr[j]; });
+    if (accumulate) {
 #pragma omp simd
-    for (std::int64_t j = 0; j < n; ++j) dxr[j] += scale * yr[j] * (dyr[j] - dot);
+      for (std::int64_t j = 0; j < n; ++j) dxr[j] += scale * yr[j] * (dyr[j] - dot);
+    } else {
+#pragma omp simd
+      for (std::int64_t j = 0; j < n; ++j) dxr[j] = scale * yr[j] * (dyr[j] - dot);
+      std::fill(dxr + n, dxr + geo.keys, 0.0f);  // the masked entries' gradient
+    }
   }
 }
 
@@ -429,15 +464,16 @@ void CpuBackend::softmax_forward(ConstTensorView x, TensorView y, const SoftmaxA
   const std::int64_t k = geo.keys, step = rows_per_block(k, geo.rows);
   const Staging st(*this, "softmax_forward",
                    {{"x", x.dtype(), step * k}, {"y", y.dtype, step * k}});
-  st.for_blocks(geo.rows, step, [&](std::int64_t r0, std::int64_t nr) {
-    softmax_forward_rows(st.read(0, x, r0 * k, nr * k), st.write(1, y, r0 * k, nr * k, Load::no),
-                         geo, r0, nr, args.scale);
-    st.commit(1, y, r0 * k, nr * k);
-  });
+  st.for_blocks_parallel(
+      geo.rows, step, detail::row_grain(k), [&](std::int64_t r0, std::int64_t nr) {
+        softmax_forward_rows(st.read(0, x, r0 * k, nr * k),
+                             st.write(1, y, r0 * k, nr * k, Load::no), geo, r0, nr, args.scale);
+        st.commit(1, y, r0 * k, nr * k);
+      });
 }
 
 void CpuBackend::softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
-                                  const SoftmaxArgs& args) {
+                                  const SoftmaxArgs& args, CopyMode mode) {
   const SoftmaxRows geo = softmax_rows("softmax_backward", y.shape(), args);
   require_numel("softmax_backward", "dy", dy.numel(), y.numel());
   require_numel("softmax_backward", "dx", dx.numel(), y.numel());
@@ -445,12 +481,15 @@ void CpuBackend::softmax_backward(ConstTensorView y, ConstTensorView dy, TensorV
   const Staging st(
       *this, "softmax_backward",
       {{"y", y.dtype(), step * k}, {"dy", dy.dtype(), step * k}, {"dx", dx.dtype, step * k}});
-  st.for_blocks(geo.rows, step, [&](std::int64_t r0, std::int64_t nr) {
-    const std::int64_t at = r0 * k, n = nr * k;
-    softmax_backward_rows(st.read(0, y, at, n), st.read(1, dy, at, n),
-                          st.write(2, dx, at, n, Load::yes), geo, r0, nr, args.scale);
-    st.commit(2, dx, at, n);
-  });
+  const bool acc = mode == CopyMode::accumulate;
+  st.for_blocks_parallel(geo.rows, step, detail::row_grain(k),
+                         [&](std::int64_t r0, std::int64_t nr) {
+                           const std::int64_t at = r0 * k, n = nr * k;
+                           softmax_backward_rows(st.read(0, y, at, n), st.read(1, dy, at, n),
+                                                 st.write(2, dx, at, n, acc ? Load::yes : Load::no),
+                                                 geo, r0, nr, args.scale, acc);
+                           st.commit(2, dx, at, n);
+                         });
 }
 
 }  // namespace carto::cpu

@@ -116,4 +116,15 @@ CARTO_VECTOR_INLINE float exp_approx(float x) {
   return x < kLow ? 0.0f : (x > kHigh ? std::numeric_limits<float>::infinity() : y);
 }
 
+// d (=, +=) v: how a backward kernel stores into an output in CopyMode assign (Accumulate false)
+// or accumulate. Assigning v equals adding it to a zero, bit for bit.
+template <bool Accumulate>
+CARTO_VECTOR_INLINE void store(float& d, float v) {
+  if constexpr (Accumulate) {
+    d += v;
+  } else {
+    d = v;
+  }
+}
+
 }  // namespace carto::cpu::detail

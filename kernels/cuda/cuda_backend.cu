@@ -112,9 +112,19 @@ void CudaBackend::layernorm_forward(ConstTensorView x, ConstTensorView gamma, Co
   cuda::layernorm_forward(launch_of(*this), x, gamma, beta, y, mean, rstd, args);
 }
 
+// The CopyMode contract (backend.hpp) on the accumulating kernels: an assigned output is zeroed
+// on the stream first (a memset-speed fill), then the kernel adds into it.
+void CudaBackend::zero_if_assigned(TensorView x, CopyMode mode) {
+  if (mode == CopyMode::assign) fill(x, 0.0f);
+}
+
 void CudaBackend::layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                                      ConstTensorView mean, ConstTensorView rstd, TensorView dx,
-                                     TensorView dgamma, TensorView dbeta) {
+                                     TensorView dgamma, TensorView dbeta,
+                                     const NormGradModes& modes) {
+  zero_if_assigned(dx, modes.dx);
+  zero_if_assigned(dgamma, modes.dgamma);
+  zero_if_assigned(dbeta, modes.dbeta);
   cuda::layernorm_backward(launch_of(*this), dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
 }
 
@@ -140,7 +150,11 @@ void CudaBackend::layernorm_backward_apply(ConstTensorView dy, ConstTensorView x
                                            ConstTensorView gamma, ConstTensorView mean,
                                            ConstTensorView rstd, ConstTensorView sums,
                                            std::int64_t global_columns, TensorView dx,
-                                           TensorView dgamma, TensorView dbeta) {
+                                           TensorView dgamma, TensorView dbeta,
+                                           const NormGradModes& modes) {
+  zero_if_assigned(dx, modes.dx);
+  zero_if_assigned(dgamma, modes.dgamma);
+  zero_if_assigned(dbeta, modes.dbeta);
   cuda::layernorm_backward_apply(launch_of(*this), dy, x, gamma, mean, rstd, sums, global_columns,
                                  dx, dgamma, dbeta);
 }
@@ -150,7 +164,8 @@ void CudaBackend::softmax_forward(ConstTensorView x, TensorView y, const Softmax
 }
 
 void CudaBackend::softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
-                                   const SoftmaxArgs& args) {
+                                   const SoftmaxArgs& args, CopyMode mode) {
+  zero_if_assigned(dx, mode);
   cuda::softmax_backward(launch_of(*this), y, dy, dx, args);
 }
 
@@ -163,7 +178,10 @@ void CudaBackend::attention_forward(ConstTensorView q, ConstTensorView k, ConstT
 void CudaBackend::attention_backward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                      ConstTensorView out, ConstTensorView logsumexp,
                                      ConstTensorView dout, TensorView dq, TensorView dk,
-                                     TensorView dv, const AttentionArgs& args) {
+                                     TensorView dv, const AttentionArgs& args, CopyMode mode) {
+  zero_if_assigned(dq, mode);
+  zero_if_assigned(dk, mode);
+  zero_if_assigned(dv, mode);
   cuda::attention_backward(launch_of(*this), q, k, v, out, logsumexp, dout, dq, dk, dv, args);
 }
 
@@ -171,7 +189,9 @@ void CudaBackend::gelu_forward(ConstTensorView x, TensorView y) {
   cuda::gelu_forward(launch_of(*this), x, y);
 }
 
-void CudaBackend::gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) {
+void CudaBackend::gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx,
+                                CopyMode mode) {
+  zero_if_assigned(dx, mode);
   cuda::gelu_backward(launch_of(*this), x, dy, dx);
 }
 
@@ -179,7 +199,9 @@ void CudaBackend::dropout_forward(ConstTensorView x, TensorView y, const Dropout
   cuda::dropout_forward(launch_of(*this), x, y, args);
 }
 
-void CudaBackend::dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args) {
+void CudaBackend::dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args,
+                                   CopyMode mode) {
+  zero_if_assigned(dx, mode);
   cuda::dropout_backward(launch_of(*this), dy, dx, args);
 }
 
@@ -199,7 +221,8 @@ void CudaBackend::bias_forward(ConstTensorView x, ConstTensorView b, TensorView 
   cuda::bias_forward(launch_of(*this), x, b, y);
 }
 
-void CudaBackend::bias_backward(ConstTensorView dy, TensorView db) {
+void CudaBackend::bias_backward(ConstTensorView dy, TensorView db, CopyMode mode) {
+  zero_if_assigned(db, mode);
   cuda::bias_backward(launch_of(*this), dy, db);
 }
 
@@ -209,7 +232,8 @@ void CudaBackend::embedding_forward(ConstTensorView table, IndexView ids, Tensor
 }
 
 void CudaBackend::embedding_backward(ConstTensorView dout, IndexView ids, TensorView dtable,
-                                     const EmbeddingShard& shard) {
+                                     const EmbeddingShard& shard, CopyMode mode) {
+  zero_if_assigned(dtable, mode);
   cuda::embedding_backward(launch_of(*this), dout, ids, dtable, shard);
 }
 
@@ -241,7 +265,9 @@ void CudaBackend::cross_entropy_loss(ConstTensorView row_max, ConstTensorView su
 
 void CudaBackend::cross_entropy_backward(ConstTensorView logits, IndexView targets,
                                          ConstTensorView logsumexp, ConstTensorView dloss,
-                                         TensorView dlogits, const CrossEntropyArgs& args) {
+                                         TensorView dlogits, const CrossEntropyArgs& args,
+                                         CopyMode mode) {
+  zero_if_assigned(dlogits, mode);
   cuda::cross_entropy_backward(launch_of(*this), logits, targets, logsumexp, dloss, dlogits, args);
 }
 

@@ -62,7 +62,7 @@ class CudaBackend final : public Backend {
                          const LayerNormArgs& args) override;
   void layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                           ConstTensorView mean, ConstTensorView rstd, TensorView dx,
-                          TensorView dgamma, TensorView dbeta) override;
+                          TensorView dgamma, TensorView dbeta, const NormGradModes& modes) override;
   void layernorm_partial_sums(ConstTensorView x, TensorView sums) override;
   void layernorm_apply(ConstTensorView x, ConstTensorView sums, std::int64_t global_columns,
                        ConstTensorView gamma, ConstTensorView beta, TensorView y, TensorView mean,
@@ -73,33 +73,57 @@ class CudaBackend final : public Backend {
   void layernorm_backward_apply(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                                 ConstTensorView mean, ConstTensorView rstd, ConstTensorView sums,
                                 std::int64_t global_columns, TensorView dx, TensorView dgamma,
-                                TensorView dbeta) override;
+                                TensorView dbeta, const NormGradModes& modes) override;
+
+  // Llama kernels (llama.cu): not implemented on CUDA yet; each throws a carto::Error saying so.
+  void rmsnorm_forward(ConstTensorView x, ConstTensorView gamma, TensorView y, TensorView rstd,
+                       const RmsNormArgs& args) override;
+  void rmsnorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                        ConstTensorView rstd, TensorView dx, TensorView dgamma,
+                        const NormGradModes& modes) override;
+  void rmsnorm_partial_sums(ConstTensorView x, TensorView sums) override;
+  void rmsnorm_apply(ConstTensorView x, ConstTensorView sums, std::int64_t global_columns,
+                     ConstTensorView gamma, TensorView y, TensorView rstd,
+                     const RmsNormArgs& args) override;
+  void rmsnorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                                     ConstTensorView rstd, TensorView sums) override;
+  void rmsnorm_backward_apply(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                              ConstTensorView rstd, ConstTensorView sums,
+                              std::int64_t global_columns, TensorView dx, TensorView dgamma,
+                              const NormGradModes& modes) override;
+  void silu_mul_forward(ConstTensorView gate, ConstTensorView up, TensorView y) override;
+  void silu_mul_backward(ConstTensorView gate, ConstTensorView up, ConstTensorView dy,
+                         TensorView dgate, TensorView dup, CopyMode mode) override;
+  void rotary_forward(ConstTensorView x, TensorView y, const RotaryArgs& args) override;
+  void rotary_backward(ConstTensorView dy, TensorView dx, const RotaryArgs& args,
+                       CopyMode mode) override;
 
   void softmax_forward(ConstTensorView x, TensorView y, const SoftmaxArgs& args) override;
   void softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
-                        const SoftmaxArgs& args) override;
+                        const SoftmaxArgs& args, CopyMode mode) override;
 
   void attention_forward(ConstTensorView q, ConstTensorView k, ConstTensorView v, TensorView out,
                          TensorView logsumexp, const AttentionArgs& args) override;
   void attention_backward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                           ConstTensorView out, ConstTensorView logsumexp, ConstTensorView dout,
-                          TensorView dq, TensorView dk, TensorView dv,
-                          const AttentionArgs& args) override;
+                          TensorView dq, TensorView dk, TensorView dv, const AttentionArgs& args,
+                          CopyMode mode) override;
 
   void gelu_forward(ConstTensorView x, TensorView y) override;
-  void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) override;
+  void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx, CopyMode mode) override;
   void dropout_forward(ConstTensorView x, TensorView y, const DropoutArgs& args) override;
-  void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args) override;
+  void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args,
+                        CopyMode mode) override;
   void add(ConstTensorView a, ConstTensorView b, TensorView y) override;
   void scale(ConstTensorView x, float factor, TensorView y) override;
   void add_scaled(ConstTensorView x, float factor, TensorView y) override;
   void bias_forward(ConstTensorView x, ConstTensorView b, TensorView y) override;
-  void bias_backward(ConstTensorView dy, TensorView db) override;
+  void bias_backward(ConstTensorView dy, TensorView db, CopyMode mode) override;
 
   void embedding_forward(ConstTensorView table, IndexView ids, TensorView out,
                          const EmbeddingShard& shard) override;
   void embedding_backward(ConstTensorView dout, IndexView ids, TensorView dtable,
-                          const EmbeddingShard& shard) override;
+                          const EmbeddingShard& shard, CopyMode mode) override;
 
   void cross_entropy_forward(ConstTensorView logits, IndexView targets, TensorView loss,
                              TensorView logsumexp, const CrossEntropyArgs& args) override;
@@ -113,12 +137,14 @@ class CudaBackend final : public Backend {
                           const CrossEntropyArgs& args) override;
   void cross_entropy_backward(ConstTensorView logits, IndexView targets, ConstTensorView logsumexp,
                               ConstTensorView dloss, TensorView dlogits,
-                              const CrossEntropyArgs& args) override;
+                              const CrossEntropyArgs& args, CopyMode mode) override;
 
   void adamw_update(TensorView param, ConstTensorView grad, TensorView m, TensorView v,
                     const AdamWArgs& args) override;
 
  private:
+  void zero_if_assigned(TensorView x, CopyMode mode);
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CachingAllocator> allocator_;

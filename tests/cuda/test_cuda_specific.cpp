@@ -112,8 +112,8 @@ TEST_CASE("dropout on CUDA draws the CPU backend's masks bit for bit", "[cuda][r
     // one rounding of the stored dtype).
     DeviceTensor dy_w(cpu_backend(), local, dy, dtype), dy_g(test_backend(), local, dy, dtype);
     DeviceTensor dx_w(cpu_backend(), local, dx0, dtype), dx_g(test_backend(), local, dx0, dtype);
-    cpu_backend().dropout_backward(dy_w, dx_w, args);
-    test_backend().dropout_backward(dy_g, dx_g, args);
+    cpu_backend().dropout_backward(dy_w, dx_w, args, CopyMode::accumulate);
+    test_backend().dropout_backward(dy_g, dx_g, args, CopyMode::accumulate);
     const std::vector<float> bw = dx_w.download(), bg = dx_g.download();
     std::int64_t mask_differs = 0;
     for (std::size_t i = 0; i < bw.size(); ++i) {

@@ -30,6 +30,11 @@ std::string_view test_backend_name();
 // makes Catch2 run the test case once per dtype.
 #define CARTO_TEST_DTYPES() GENERATE(::carto::DType::fp32, ::carto::DType::bf16)
 
+// Every gradient output of a layernorm backward added into (the tests start them from zeros or
+// from values of their own).
+inline constexpr NormGradModes kAccumulateAll{
+    .dx = CopyMode::accumulate, .dgamma = CopyMode::accumulate, .dbeta = CopyMode::accumulate};
+
 // fp32 unit roundoff: a correctly rounded fp32 operation has relative error at most 2^-24.
 inline constexpr double kUnit = 0x1.0p-24;
 

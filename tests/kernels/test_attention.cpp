@@ -103,7 +103,8 @@ TEST_CASE("fused attention forward and backward against double references",
     DeviceTensor dout(backend, kQkv, w, dtype);
     DeviceTensor gq = zeros(backend, kQkv, dtype), gk = zeros(backend, kQkv, dtype),
                  gv = zeros(backend, kQkv, dtype);
-    backend.attention_backward(dq_, dk_, dv_, out, lse, dout, gq, gk, gv, args);
+    backend.attention_backward(dq_, dk_, dv_, out, lse, dout, gq, gk, gv, args,
+                               CopyMode::accumulate);
     const auto qd = to_double(q), kd = to_double(k), vd = to_double(v);
     const auto rq = central_difference(qd, [&](const std::vector<double>& x) {
       return weighted_sum(attention_ref(x, kd, vd, args).out, w);
@@ -147,7 +148,7 @@ void check_fused_equals_materialized(std::int64_t b, std::int64_t heads, std::in
   backend.attention_forward(tq, tk, tv, fo, lse, kArgs);
   DeviceTensor fq = zeros(backend, qkv, dtype), fk = zeros(backend, qkv, dtype),
                fv = zeros(backend, qkv, dtype);
-  backend.attention_backward(tq, tk, tv, fo, lse, dout, fq, fk, fv, kArgs);
+  backend.attention_backward(tq, tk, tv, fo, lse, dout, fq, fk, fv, kArgs, CopyMode::accumulate);
 
   // Materialized, as the graph's materialized attention runs it (the scale folded into softmax).
   const SoftmaxArgs soft{.scale = kArgs.scale, .masking = Masking::causal};
@@ -164,8 +165,8 @@ void check_fused_equals_materialized(std::int64_t b, std::int64_t heads, std::in
                mv = zeros(backend, qkv, dtype);
   backend.gemm(dout, tv, d_dropped, {.b = Transpose::yes});  // dP' = dO vᵀ
   backend.gemm(dropped, dout, mv, {.a = Transpose::yes});    // dv = P'ᵀ dO
-  backend.dropout_backward(d_dropped, d_probs, drop);
-  backend.softmax_backward(probs, d_probs, d_scores, soft);
+  backend.dropout_backward(d_dropped, d_probs, drop, CopyMode::accumulate);
+  backend.softmax_backward(probs, d_probs, d_scores, soft, CopyMode::accumulate);
   backend.gemm(d_scores, tk, mq, {});                     // dq = dS k
   backend.gemm(d_scores, tq, mk, {.a = Transpose::yes});  // dk = dSᵀ q
 
@@ -249,7 +250,7 @@ TEST_CASE("fused attention on query shards against gathered K, V equals the whol
   backend.attention_forward(tq, tk, tv, out, lse, kArgs);
   DeviceTensor gq = zeros(backend, qkv, dtype), gk = zeros(backend, qkv, dtype),
                gv = zeros(backend, qkv, dtype);
-  backend.attention_backward(tq, tk, tv, out, lse, dout, gq, gk, gv, kArgs);
+  backend.attention_backward(tq, tk, tv, out, lse, dout, gq, gk, gv, kArgs, CopyMode::accumulate);
   const std::vector<float> whole_out = out.download(), whole_lse = lse.download(),
                            whole_dq = gq.download();
 
@@ -271,7 +272,7 @@ TEST_CASE("fused attention on query shards against gathered K, V equals the whol
     backend.attention_forward(sq, tk, tv, so, sl, args);
     DeviceTensor sdq = zeros(backend, ls, dtype), sdk = zeros(backend, qkv, dtype),
                  sdv = zeros(backend, qkv, dtype);
-    backend.attention_backward(sq, tk, tv, so, sl, sdo, sdq, sdk, sdv, args);
+    backend.attention_backward(sq, tk, tv, so, sl, sdo, sdq, sdk, sdv, args, CopyMode::accumulate);
     const std::vector<float> o = so.download(), l = sl.download(), dq = sdq.download(),
                              dk = sdk.download(), dv = sdv.download();
     for (std::int64_t h = 0; h < kA; ++h) {

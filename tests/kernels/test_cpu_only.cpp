@@ -1,6 +1,7 @@
 // Tests of the CPU backend itself, not of the Backend interface: OpenBLAS's thread count and ranks
-// on threads, the exact workspace the CPU kernels allocate (and that the fp32 path stages
-// nothing), and the vectorized exp behind its kernels.
+// on threads (test_cpu_threads.cpp: how many threads a rank's kernels use), the exact workspace the
+// CPU kernels allocate (and that the fp32 path stages nothing), and the vectorized exp behind its
+// kernels.
 #include <bit>
 #include <cpu/cpu_backend.hpp>
 #include <cpu/vector_math.hpp>
@@ -20,8 +21,8 @@ TensorShape matrix(std::int64_t batch, std::int64_t rows, std::int64_t cols) {
 
 TEST_CASE("Ranks on threads run GEMMs concurrently with one BLAS thread each",
           "[kernels][gemm][cpu]") {
-  cpu::CpuBackend first;
-  CHECK(cpu::blas_threads() == 1);
+  cpu::CpuBackend first(cpu::CpuOptions{.threads = 1});
+  CHECK(cpu::blas_threads() == 1);  // the smallest count of the backends alive
   const TensorShape s = matrix(1, 64, 64);
   const std::vector<float> a = random_normal(s.numel(), 200), b = random_normal(s.numel(), 201);
   DeviceTensor da(first, s, a), db(first, s, b), dc(first, s);

@@ -52,7 +52,7 @@ TEST_CASE("embedding lookup and scatter-add, whole and over 2 and 4 vocab shards
 
   DeviceTensor dout(backend, out_shape, w, dtype);
   DeviceTensor dtable = zeros(backend, table_shape, dtype);
-  backend.embedding_backward(dout, ids, dtable, {});
+  backend.embedding_backward(dout, ids, dtable, {}, CopyMode::accumulate);
   std::vector<double> rt(table.size(), 0.0);  // token 3 appears twice: its row sums two
   for (std::int64_t n = 0; n < N; ++n)
     for (std::int64_t h = 0; h < H; ++h)
@@ -73,7 +73,8 @@ TEST_CASE("embedding lookup and scatter-add, whole and over 2 and 4 vocab shards
       backend.embedding_forward(part, ids, part_out, {.vocab_offset = r * rows});
       backend.add_scaled(part_out, 1.0f, sum);  // the all-reduce of the Partial output
       DeviceTensor part_grad = zeros(backend, local, dtype);
-      backend.embedding_backward(dout, ids, part_grad, {.vocab_offset = r * rows});
+      backend.embedding_backward(dout, ids, part_grad, {.vocab_offset = r * rows},
+                                 CopyMode::accumulate);
       const std::vector<float> g = part_grad.download();
       gathered_grad.insert(gathered_grad.end(), g.begin(), g.end());
     }
@@ -103,7 +104,7 @@ TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 a
                     fp32_chain(V + 8, max_abs(ref_lse)));
 
   DeviceTensor dlogits = zeros(backend, logits_shape, dtype);
-  backend.cross_entropy_backward(tl, targets, lse, dloss, dlogits, {});
+  backend.cross_entropy_backward(tl, targets, lse, dloss, dlogits, {}, CopyMode::accumulate);
   const std::vector<double> rd =
       central_difference(to_double(logits), [](const std::vector<double>& x) {
         double l = 0;
@@ -158,7 +159,7 @@ TEST_CASE("softmax cross-entropy: forward, backward, and vocab-parallel over 2 a
       CARTO_CHECK_CLOSE("vocab-parallel loss", part_loss.download(), to_double(whole_loss),
                         fp32_chain(2 * V + 8, max_abs(ref_lse)));
       backend.cross_entropy_backward(parts[static_cast<std::size_t>(r)], targets, part_lse, dloss,
-                                     part_grad, args);
+                                     part_grad, args, CopyMode::accumulate);
       // Gather the vocab columns back into (rows, V) order.
       const std::vector<float> g = part_grad.download();
       grads.resize(static_cast<std::size_t>(N * V));

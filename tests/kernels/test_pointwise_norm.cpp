@@ -139,7 +139,7 @@ TEST_CASE("layernorm forward and backward", "[kernels][layernorm]") {
   DeviceTensor dy(backend, xs, w, dtype);
   DeviceTensor gx = zeros(backend, xs, dtype), gg = zeros(backend, ps, dtype),
                gb = zeros(backend, ps, dtype);
-  backend.layernorm_backward(dy, dx_, dg, mean, rstd, gx, gg, gb);
+  backend.layernorm_backward(dy, dx_, dg, mean, rstd, gx, gg, gb, kAccumulateAll);
   const auto objective_x = [&](const std::vector<double>& v) {
     return weighted_sum(layernorm_ref(v, to_double(g), to_double(b), C, eps), w);
   };
@@ -183,7 +183,7 @@ TEST_CASE("layernorm with the normalized dim split into 2 and 4 pieces equals th
   backend.layernorm_forward(whole_x, whole_g, whole_b, whole_y, whole_mean, whole_rstd,
                             {.epsilon = eps});
   backend.layernorm_backward(whole_dy, whole_x, whole_g, whole_mean, whole_rstd, whole_dx, whole_dg,
-                             whole_db);
+                             whole_db, kAccumulateAll);
 
   const LayerNormRef ref = layernorm_full_ref(to_double(x), to_double(g), to_double(b), C, eps);
   const LayerNormGradRef grad =
@@ -257,7 +257,7 @@ TEST_CASE("layernorm with the normalized dim split into 2 and 4 pieces equals th
       DeviceTensor pdx = zeros(backend, ls, dtype), pdg = zeros(backend, lp, dtype),
                    pdb = zeros(backend, lp, dtype);
       backend.layernorm_backward_apply(pdy[p], px[p], pg[p], pmean[p], prstd[p], backward_sums, C,
-                                       pdx, pdg, pdb);
+                                       pdx, pdg, pdb, kAccumulateAll);
       place_columns(pdx.download(), C, p * local, dx);
       place_columns(pdg.download(), C, p * local, dg);
       place_columns(pdb.download(), C, p * local, db);
@@ -336,7 +336,7 @@ TEST_CASE("softmax forward and backward, scaled, with and without the causal mas
 
     DeviceTensor dy(backend, s, w, dtype);
     DeviceTensor dx = zeros(backend, s, dtype);
-    backend.softmax_backward(y, dy, dx, args);
+    backend.softmax_backward(y, dy, dx, args, CopyMode::accumulate);
     const std::vector<double> rx =
         central_difference(to_double(x), [&](const std::vector<double>& v) {
           return weighted_sum(softmax_ref(v, S, S, 0.35, causal), w);
@@ -393,7 +393,7 @@ TEST_CASE("GELU (tanh approximation) forward and backward", "[kernels][gelu]") {
   // dx starts nonzero: the backward adds into what it holds.
   const std::vector<float> dx0 = random_input(s.numel(), 32, dtype);
   DeviceTensor dy(backend, s, w, dtype), dx(backend, s, dx0, dtype);
-  backend.gelu_backward(in, dy, dx);
+  backend.gelu_backward(in, dy, dx, CopyMode::accumulate);
   std::vector<double> rx = central_difference(to_double(x), [&](const std::vector<double>& v) {
     double total = 0;
     for (std::size_t i = 0; i < v.size(); ++i) total += w[i] * gelu_ref(v[i]);
@@ -430,7 +430,7 @@ TEST_CASE("dropout: the mask is the RNG's at global indices, on any shard", "[ke
 
   // Backward adds mask·dy/(1-p) into what dx holds.
   DeviceTensor dy(backend, s, w, dtype), dx(backend, s, x, dtype);
-  backend.dropout_backward(dy, dx, args);
+  backend.dropout_backward(dy, dx, args, CopyMode::accumulate);
   std::vector<double> rdx(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     rdx[i] = x[i] + (rng::keep(args.rng, static_cast<std::int64_t>(i), 0.25f) ? w[i] / 0.75 : 0.0);
@@ -508,7 +508,7 @@ TEST_CASE("add, scale, add_scaled, bias and bias backward", "[kernels][elementwi
   CARTO_CHECK_CLOSE("bias", y.download(), ref, tolerance(dtype, 1, max_abs(ref)));
 
   DeviceTensor gp(backend, ps, p, dtype);  // accumulates onto p
-  backend.bias_backward(db, gp);
+  backend.bias_backward(db, gp, CopyMode::accumulate);
   std::vector<double> rp(p.begin(), p.end());
   for (std::size_t i = 0; i < b.size(); ++i) rp[i % p.size()] += b[i];
   CARTO_CHECK_CLOSE("bias backward", gp.download(), rp, tolerance(dtype, 4, max_abs(rp)));

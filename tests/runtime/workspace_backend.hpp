@@ -61,8 +61,9 @@ class WorkspaceSplitBackend final : public Backend {
   }
   void layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                           ConstTensorView mean, ConstTensorView rstd, TensorView dx,
-                          TensorView dgamma, TensorView dbeta) override {
-    call([&] { inner_.layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta); });
+                          TensorView dgamma, TensorView dbeta,
+                          const NormGradModes& modes) override {
+    call([&] { inner_.layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, modes); });
   }
   void layernorm_partial_sums(ConstTensorView x, TensorView sums) override {
     call([&] { inner_.layernorm_partial_sums(x, sums); });
@@ -81,18 +82,61 @@ class WorkspaceSplitBackend final : public Backend {
   void layernorm_backward_apply(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                                 ConstTensorView mean, ConstTensorView rstd, ConstTensorView sums,
                                 std::int64_t global_columns, TensorView dx, TensorView dgamma,
-                                TensorView dbeta) override {
+                                TensorView dbeta, const NormGradModes& modes) override {
     call([&] {
       inner_.layernorm_backward_apply(dy, x, gamma, mean, rstd, sums, global_columns, dx, dgamma,
-                                      dbeta);
+                                      dbeta, modes);
     });
+  }
+  void rmsnorm_forward(ConstTensorView x, ConstTensorView gamma, TensorView y, TensorView rstd,
+                       const RmsNormArgs& args) override {
+    call([&] { inner_.rmsnorm_forward(x, gamma, y, rstd, args); });
+  }
+  void rmsnorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                        ConstTensorView rstd, TensorView dx, TensorView dgamma,
+                        const NormGradModes& modes) override {
+    call([&] { inner_.rmsnorm_backward(dy, x, gamma, rstd, dx, dgamma, modes); });
+  }
+  void rmsnorm_partial_sums(ConstTensorView x, TensorView sums) override {
+    call([&] { inner_.rmsnorm_partial_sums(x, sums); });
+  }
+  void rmsnorm_apply(ConstTensorView x, ConstTensorView sums, std::int64_t global_columns,
+                     ConstTensorView gamma, TensorView y, TensorView rstd,
+                     const RmsNormArgs& args) override {
+    call([&] { inner_.rmsnorm_apply(x, sums, global_columns, gamma, y, rstd, args); });
+  }
+  void rmsnorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                                     ConstTensorView rstd, TensorView sums) override {
+    call([&] { inner_.rmsnorm_backward_partial_sums(dy, x, gamma, rstd, sums); });
+  }
+  void rmsnorm_backward_apply(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                              ConstTensorView rstd, ConstTensorView sums,
+                              std::int64_t global_columns, TensorView dx, TensorView dgamma,
+                              const NormGradModes& modes) override {
+    call([&] {
+      inner_.rmsnorm_backward_apply(dy, x, gamma, rstd, sums, global_columns, dx, dgamma, modes);
+    });
+  }
+  void silu_mul_forward(ConstTensorView gate, ConstTensorView up, TensorView y) override {
+    call([&] { inner_.silu_mul_forward(gate, up, y); });
+  }
+  void silu_mul_backward(ConstTensorView gate, ConstTensorView up, ConstTensorView dy,
+                         TensorView dgate, TensorView dup, CopyMode mode) override {
+    call([&] { inner_.silu_mul_backward(gate, up, dy, dgate, dup, mode); });
+  }
+  void rotary_forward(ConstTensorView x, TensorView y, const RotaryArgs& args) override {
+    call([&] { inner_.rotary_forward(x, y, args); });
+  }
+  void rotary_backward(ConstTensorView dy, TensorView dx, const RotaryArgs& args,
+                       CopyMode mode) override {
+    call([&] { inner_.rotary_backward(dy, dx, args, mode); });
   }
   void softmax_forward(ConstTensorView x, TensorView y, const SoftmaxArgs& args) override {
     call([&] { inner_.softmax_forward(x, y, args); });
   }
   void softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
-                        const SoftmaxArgs& args) override {
-    call([&] { inner_.softmax_backward(y, dy, dx, args); });
+                        const SoftmaxArgs& args, CopyMode mode) override {
+    call([&] { inner_.softmax_backward(y, dy, dx, args, mode); });
   }
   void attention_forward(ConstTensorView q, ConstTensorView k, ConstTensorView v, TensorView out,
                          TensorView logsumexp, const AttentionArgs& args) override {
@@ -100,21 +144,22 @@ class WorkspaceSplitBackend final : public Backend {
   }
   void attention_backward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                           ConstTensorView out, ConstTensorView logsumexp, ConstTensorView dout,
-                          TensorView dq, TensorView dk, TensorView dv,
-                          const AttentionArgs& args) override {
-    call([&] { inner_.attention_backward(q, k, v, out, logsumexp, dout, dq, dk, dv, args); });
+                          TensorView dq, TensorView dk, TensorView dv, const AttentionArgs& args,
+                          CopyMode mode) override {
+    call([&] { inner_.attention_backward(q, k, v, out, logsumexp, dout, dq, dk, dv, args, mode); });
   }
   void gelu_forward(ConstTensorView x, TensorView y) override {
     call([&] { inner_.gelu_forward(x, y); });
   }
-  void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) override {
-    call([&] { inner_.gelu_backward(x, dy, dx); });
+  void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx, CopyMode mode) override {
+    call([&] { inner_.gelu_backward(x, dy, dx, mode); });
   }
   void dropout_forward(ConstTensorView x, TensorView y, const DropoutArgs& args) override {
     call([&] { inner_.dropout_forward(x, y, args); });
   }
-  void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args) override {
-    call([&] { inner_.dropout_backward(dy, dx, args); });
+  void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args,
+                        CopyMode mode) override {
+    call([&] { inner_.dropout_backward(dy, dx, args, mode); });
   }
   void add(ConstTensorView a, ConstTensorView b, TensorView y) override {
     call([&] { inner_.add(a, b, y); });
@@ -128,16 +173,16 @@ class WorkspaceSplitBackend final : public Backend {
   void bias_forward(ConstTensorView x, ConstTensorView b, TensorView y) override {
     call([&] { inner_.bias_forward(x, b, y); });
   }
-  void bias_backward(ConstTensorView dy, TensorView db) override {
-    call([&] { inner_.bias_backward(dy, db); });
+  void bias_backward(ConstTensorView dy, TensorView db, CopyMode mode) override {
+    call([&] { inner_.bias_backward(dy, db, mode); });
   }
   void embedding_forward(ConstTensorView table, IndexView ids, TensorView out,
                          const EmbeddingShard& shard) override {
     call([&] { inner_.embedding_forward(table, ids, out, shard); });
   }
   void embedding_backward(ConstTensorView dout, IndexView ids, TensorView dtable,
-                          const EmbeddingShard& shard) override {
-    call([&] { inner_.embedding_backward(dout, ids, dtable, shard); });
+                          const EmbeddingShard& shard, CopyMode mode) override {
+    call([&] { inner_.embedding_backward(dout, ids, dtable, shard, mode); });
   }
   void cross_entropy_forward(ConstTensorView logits, IndexView targets, TensorView loss,
                              TensorView logsumexp, const CrossEntropyArgs& args) override {
@@ -161,8 +206,10 @@ class WorkspaceSplitBackend final : public Backend {
   }
   void cross_entropy_backward(ConstTensorView logits, IndexView targets, ConstTensorView logsumexp,
                               ConstTensorView dloss, TensorView dlogits,
-                              const CrossEntropyArgs& args) override {
-    call([&] { inner_.cross_entropy_backward(logits, targets, logsumexp, dloss, dlogits, args); });
+                              const CrossEntropyArgs& args, CopyMode mode) override {
+    call([&] {
+      inner_.cross_entropy_backward(logits, targets, logsumexp, dloss, dlogits, args, mode);
+    });
   }
   void adamw_update(TensorView param, ConstTensorView grad, TensorView m, TensorView v,
                     const AdamWArgs& args) override {

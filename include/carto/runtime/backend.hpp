@@ -18,9 +18,14 @@
 //    grad is either. Other dtypes throw.
 //  - Calls are enqueued in order on the backend's one queue (a CUDA stream later); results are
 //    visible to host code after synchronize(). The CPU backend runs each call before returning.
-//  - Forward kernels overwrite their outputs. Backward kernels *add* into every gradient output
-//    (dx += ..., dW += ...), so gradients accumulate over micro-batches and over the consumers of a
-//    tensor; the caller zeroes a gradient before its first contribution (fill(g, 0)).
+//  - Forward kernels overwrite their outputs. Backward kernels store each gradient output in the
+//    CopyMode the caller passes: `assign` writes it (the first contribution to a gradient, into
+//    memory that may hold anything: no zero fill beforehand), `accumulate` adds to what it holds
+//    (dx += ..., dW += ...: the later consumers of a tensor, the later micro-batches). A GEMM's
+//    beta = 0 is its assign, beta = 1 its accumulate; add_scaled always adds, and scale is its
+//    assign. An assigned gradient equals a zero fill followed by the accumulate, bit for bit
+//    (0 + v == v), so the two modes agree exactly. embedding_backward's assign also writes the
+//    zero rows no token hits.
 //  - Outputs never alias inputs unless a function says so (elementwise ones allow y == x).
 //  - Randomness (dropout) is a pure function of (RngStream, global element index), see rng.hpp;
 //    a shard passes its ShardPlacement so it draws the values a single device would.
@@ -32,6 +37,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <utility>
 
@@ -175,7 +181,16 @@ class Buffer {
 // --------------------------------------------------------------------
 
 enum class Transpose : std::uint8_t { no, yes };
+// How a copy or a backward kernel stores into its output: assign writes, accumulate adds.
 enum class CopyMode : std::uint8_t { assign, accumulate };
+
+// The store modes of layernorm backward's three gradients (dx is an activation's, dgamma and dbeta
+// parameters'; each is assigned on its first contribution).
+struct NormGradModes {
+  CopyMode dx = CopyMode::assign;
+  CopyMode dgamma = CopyMode::assign;
+  CopyMode dbeta = CopyMode::assign;
+};
 
 // C = alpha · op(A) · op(B) + beta · C per batch entry; beta = 1 accumulates.
 struct GemmArgs {
@@ -187,6 +202,18 @@ struct GemmArgs {
 
 struct LayerNormArgs {
   float epsilon = 1e-5f;  // GPT-2's
+};
+
+struct RmsNormArgs {
+  float epsilon = 1e-5f;  // Llama 3's norm_eps
+};
+
+// Rotary position embedding (Su et al. 2021) of x (..., S, d): pairs (2i, 2i+1) of the last dim
+// rotated by the angle p·θ^(-2i/d), p the global position of the row (position_offset plus the
+// local index of the second-to-last dim, so a sequence shard rotates as the whole tensor does).
+struct RotaryArgs {
+  double theta = 10000.0;
+  std::int64_t position_offset = 0;
 };
 
 // softmax(scale · x) along the last dim; causal masks key k > query q, with q and k the global
@@ -241,6 +268,15 @@ struct AdamWArgs {
   float epsilon = 1e-8f;
   float weight_decay = 0.01f;
   std::int64_t step = 1;  // t, from 1
+};
+
+// One parameter shard of adamw_update_all: param, grad, m, v of one shape (dtypes as
+// adamw_update's).
+struct AdamWShard {
+  TensorView param;
+  ConstTensorView grad;
+  TensorView m;
+  TensorView v;
 };
 
 // Elements of a strided box: element (i0, ..., ir) at offset + Σ i_d · strides[d] (in elements).
@@ -350,10 +386,11 @@ class Backend {
   virtual void layernorm_forward(ConstTensorView x, ConstTensorView gamma, ConstTensorView beta,
                                  TensorView y, TensorView mean, TensorView rstd,
                                  const LayerNormArgs& args) = 0;
-  // dx, dgamma, dbeta += the gradients.
+  // dx, dgamma, dbeta (=, +=) the gradients, each in its mode.
   virtual void layernorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
                                   ConstTensorView mean, ConstTensorView rstd, TensorView dx,
-                                  TensorView dgamma, TensorView dbeta) = 0;
+                                  TensorView dgamma, TensorView dbeta,
+                                  const NormGradModes& modes) = 0;
 
   // ---- layernorm with the normalized (last) dim split across devices: x holds C_local of the
   // global C columns; the executor all-reduces `sums` between the partial and apply calls ----
@@ -375,52 +412,100 @@ class Backend {
   virtual void layernorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x,
                                                ConstTensorView gamma, ConstTensorView mean,
                                                ConstTensorView rstd, TensorView sums) = 0;
-  // From the global sums: dx += rstd·(dy·γ − (Σdyγ + x̂·Σdyγx̂)/C); dgamma += Σ_rows dy·x̂;
-  // dbeta += Σ_rows dy (local columns).
+  // From the global sums: dx (=, +=) rstd·(dy·γ − (Σdyγ + x̂·Σdyγx̂)/C); dgamma (=, +=)
+  // Σ_rows dy·x̂; dbeta (=, +=) Σ_rows dy (local columns), each in its mode.
   virtual void layernorm_backward_apply(ConstTensorView dy, ConstTensorView x,
                                         ConstTensorView gamma, ConstTensorView mean,
                                         ConstTensorView rstd, ConstTensorView sums,
                                         std::int64_t global_columns, TensorView dx,
-                                        TensorView dgamma, TensorView dbeta) = 0;
+                                        TensorView dgamma, TensorView dbeta,
+                                        const NormGradModes& modes) = 0;
+
+  // ---- RMSNorm over the last dim (Zhang & Sennrich 2019): y = x·rstd·γ, rstd = 1/sqrt(mean(x²)
+  // + eps); x, y (rows..., C); gamma (C); rstd (rows...) saved for backward ----
+  virtual void rmsnorm_forward(ConstTensorView x, ConstTensorView gamma, TensorView y,
+                               TensorView rstd, const RmsNormArgs& args) = 0;
+  // With x̂ = x·rstd: dx (=, +=) rstd·(dy·γ − x̂·Σ(dy·γ·x̂)/C); dgamma (=, +=) Σ_rows dy·x̂, in
+  // modes.dx and modes.dgamma (modes.dbeta is not read: RMSNorm has no β).
+  virtual void rmsnorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                                ConstTensorView rstd, TensorView dx, TensorView dgamma,
+                                const NormGradModes& modes) = 0;
+  // The normalized dim split across devices (x holds C_local of C columns); the executor
+  // all-reduces `sums` between the partial and apply calls. sums (rows...) = Σ x² over the local
+  // columns (accumulated in double, rounded once).
+  virtual void rmsnorm_partial_sums(ConstTensorView x, TensorView sums) = 0;
+  // From the global sums: rstd (rows...) and y = x·rstd·γ on the local columns; gamma (C_local).
+  virtual void rmsnorm_apply(ConstTensorView x, ConstTensorView sums, std::int64_t global_columns,
+                             ConstTensorView gamma, TensorView y, TensorView rstd,
+                             const RmsNormArgs& args) = 0;
+  // sums (rows...) = Σ dy·γ·x̂ over the local columns.
+  virtual void rmsnorm_backward_partial_sums(ConstTensorView dy, ConstTensorView x,
+                                             ConstTensorView gamma, ConstTensorView rstd,
+                                             TensorView sums) = 0;
+  // From the global sums: dx (=, +=) rstd·(dy·γ − x̂·sums/C); dgamma (=, +=) Σ_rows dy·x̂ (local
+  // columns), in modes.dx and modes.dgamma.
+  virtual void rmsnorm_backward_apply(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,
+                                      ConstTensorView rstd, ConstTensorView sums,
+                                      std::int64_t global_columns, TensorView dx, TensorView dgamma,
+                                      const NormGradModes& modes) = 0;
 
   // ---- softmax over the last dim (x, y: (..., Sq, Sk); y may be x) ----
   virtual void softmax_forward(ConstTensorView x, TensorView y, const SoftmaxArgs& args) = 0;
-  // dx += scale · y ∘ (dy - Σ_k dy ∘ y).
+  // dx (=, +=) scale · y ∘ (dy - Σ_k dy ∘ y).
   virtual void softmax_backward(ConstTensorView y, ConstTensorView dy, TensorView dx,
-                                const SoftmaxArgs& args) = 0;
+                                const SoftmaxArgs& args, CopyMode mode) = 0;
 
   // ---- fused attention; q, k, v, out (B, a, S, d), logsumexp (B, a, S) saved for backward ----
+  // Grouped-query form: q, out (B, n, g, S, d), k, v (B, n, S, d), logsumexp (B, n, g, S): query
+  // head (n, j) attends with key/value head n; args.placement then places (B, n, g, Sq, Sk).
   virtual void attention_forward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                  TensorView out, TensorView logsumexp,
                                  const AttentionArgs& args) = 0;
-  // Recomputes the probabilities (and dropout mask) from q, k and logsumexp; dq, dk, dv += ....
+  // Recomputes the probabilities (and dropout mask) from q, k and logsumexp; dq, dk, dv (=, +=)
+  // ..., all three in `mode`.
   virtual void attention_backward(ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                   ConstTensorView out, ConstTensorView logsumexp,
                                   ConstTensorView dout, TensorView dq, TensorView dk, TensorView dv,
-                                  const AttentionArgs& args) = 0;
+                                  const AttentionArgs& args, CopyMode mode) = 0;
 
   // ---- elementwise (y may be x) ----
   // GELU with the tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³))).
   virtual void gelu_forward(ConstTensorView x, TensorView y) = 0;
-  virtual void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx) = 0;  // dx +=
+  // dx (=, +=) dy · gelu'(x).
+  virtual void gelu_backward(ConstTensorView x, ConstTensorView dy, TensorView dx,
+                             CopyMode mode) = 0;
   virtual void dropout_forward(ConstTensorView x, TensorView y, const DropoutArgs& args) = 0;
-  virtual void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args) = 0;
+  // dx (=, +=) dy ∘ mask / (1 - probability).
+  virtual void dropout_backward(ConstTensorView dy, TensorView dx, const DropoutArgs& args,
+                                CopyMode mode) = 0;
   virtual void add(ConstTensorView a, ConstTensorView b, TensorView y) = 0;  // y = a + b
   virtual void scale(ConstTensorView x, float factor, TensorView y) = 0;     // y = f·x
   // y += factor · x: the backward of add (factor 1) and of scale, and gradient accumulation.
   virtual void add_scaled(ConstTensorView x, float factor, TensorView y) = 0;
+  // SwiGLU's product (Shazeer 2020): y = silu(gate)·up, silu(z) = z·sigmoid(z).
+  virtual void silu_mul_forward(ConstTensorView gate, ConstTensorView up, TensorView y) = 0;
+  // dgate (=, +=) dy·up·silu'(gate), dup (=, +=) dy·silu(gate), both in `mode`;
+  // silu'(z) = σ(z)·(1 + z·(1 − σ(z))).
+  virtual void silu_mul_backward(ConstTensorView gate, ConstTensorView up, ConstTensorView dy,
+                                 TensorView dgate, TensorView dup, CopyMode mode) = 0;
+  // y = rotary(x) (y may be x); backward: dx (=, +=) the inverse rotation of dy.
+  virtual void rotary_forward(ConstTensorView x, TensorView y, const RotaryArgs& args) = 0;
+  virtual void rotary_backward(ConstTensorView dy, TensorView dx, const RotaryArgs& args,
+                               CopyMode mode) = 0;
   // y = x + b with b (the trailing dims of x) broadcast over the leading dims.
   virtual void bias_forward(ConstTensorView x, ConstTensorView b, TensorView y) = 0;
-  virtual void bias_backward(ConstTensorView dy, TensorView db) = 0;  // db += Σ_leading dy
+  // db (=, +=) Σ_leading dy.
+  virtual void bias_backward(ConstTensorView dy, TensorView db, CopyMode mode) = 0;
 
   // ---- embedding: table (V_local, H), ids (...), out (..., H) ----
   // out = table[id - vocab_offset] for ids in the shard's rows, 0 for the others (so the sum over
   // vocab shards is the full lookup: the output is Partial over the vocab axis).
   virtual void embedding_forward(ConstTensorView table, IndexView ids, TensorView out,
                                  const EmbeddingShard& shard) = 0;
-  // dtable[id - vocab_offset] += dout for ids in the shard's rows.
+  // dtable[id - vocab_offset] += dout for ids in the shard's rows; assign first sets every row of
+  // dtable to 0 (the rows no id hits included).
   virtual void embedding_backward(ConstTensorView dout, IndexView ids, TensorView dtable,
-                                  const EmbeddingShard& shard) = 0;
+                                  const EmbeddingShard& shard, CopyMode mode) = 0;
 
   // ---- softmax cross-entropy: logits (rows..., V), targets (rows...) ----
   // One device holding whole rows: loss (a one-element tensor) = Σ_rows (lse - logit[target]) /
@@ -440,15 +525,22 @@ class Backend {
   virtual void cross_entropy_loss(ConstTensorView row_max, ConstTensorView sum_exp,
                                   ConstTensorView target_logit, TensorView loss,
                                   TensorView logsumexp, const CrossEntropyArgs& args) = 0;
-  // dlogits += dloss / count · (exp(logit - logsumexp) - [vocab row == target]); dloss is a
+  // dlogits (=, +=) dloss / count · (exp(logit - logsumexp) - [vocab row == target]); dloss is a
   // one-element tensor. The same call serves the full and the vocab-parallel forms.
   virtual void cross_entropy_backward(ConstTensorView logits, IndexView targets,
                                       ConstTensorView logsumexp, ConstTensorView dloss,
-                                      TensorView dlogits, const CrossEntropyArgs& args) = 0;
+                                      TensorView dlogits, const CrossEntropyArgs& args,
+                                      CopyMode mode) = 0;
 
   // ---- optimizer: one AdamW step on a local shard (param, grad, m, v of one shape) ----
   virtual void adamw_update(TensorView param, ConstTensorView grad, TensorView m, TensorView v,
                             const AdamWArgs& args) = 0;
+  // One AdamW step on every shard of a rank's parameters in one call (the same args for each, the
+  // same results as one adamw_update per shard): a backend may fuse them into one pass. By default
+  // one adamw_update each.
+  virtual void adamw_update_all(std::span<const AdamWShard> shards, const AdamWArgs& args) {
+    for (const AdamWShard& s : shards) adamw_update(s.param, s.grad, s.m, s.v, args);
+  }
 
  private:
   Allocator* allocator_ = nullptr;

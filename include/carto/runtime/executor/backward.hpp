@@ -8,7 +8,11 @@
 // each input gradient in Strategy::gradients' spec (maybe Partial) into a zeroed buffer, re-reading
 // its inputs through reread (inputs.hpp); route_gradient hands a parameter's gradient to
 // accumulate_parameter_gradient (parameters.hpp) and moves an activation's gradient to the spec
-// its producer needs (the stored spec without Partial), adding it into grad_. After an op's
+// its producer needs (the stored spec without Partial), adding it into grad_. No gradient buffer
+// is zero-filled: each kernel assigns its first contribution (backend.hpp's CopyMode). Below ZeRO 2
+// a parameter's gradient is written by the kernel straight into where it accumulates (Param::grad
+// for the direct use, the use's accumulator otherwise), assigned on the use's first micro-batch
+// and added after, so it needs neither a temporary nor a copy. After an op's
 // backward its saved tensors and its output's gradient are dropped. A gradient has its tensor's
 // dtype (dtype_of: the compute dtype, a loss's fp32); the layernorm backward sums are fp32.
 #pragma once
@@ -107,14 +111,43 @@ inline void Executor::run_backward(std::size_t k) {
   std::array<std::shared_ptr<Buffer>, 3> dx{};
   std::array<TensorShape, 3> in_local{};
   std::array<TensorShape, 3> g_local{};
+  // How each input's gradient is stored, and whether dx[i] is already where it accumulates (a
+  // parameter's gradient below ZeRO 2), so it needs no routing.
+  std::array<CopyMode, 3> mode{CopyMode::assign, CopyMode::assign, CopyMode::assign};
+  std::array<bool, 3> in_place{};
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {
     in_local[i] = local_of(op.inputs[i], without_partial(s.sharding.inputs[i]));
     g_local[i] = local_of(op.inputs[i], without_partial(s.gradients[i]));
+    const TensorInfo& info = g_.tensor(op.inputs[i]);
     // Every non-index input gets a gradient buffer (graph inputs' are dropped by routing).
-    if (g_.tensor(op.inputs[i]).kind != TensorKind::index)
-      dx[i] = zeros(g_local[i], dtype_of(op.inputs[i]), MemoryCategory::temporaries);
+    if (info.kind == TensorKind::index) continue;
+    if (info.kind == TensorKind::parameter && opt_.zero_stage < 2 &&
+        op.kind != OpKind::fused_attention) {
+      Param& p = param_of(op.inputs[i]);
+      const auto use = std::find_if(p.uses.begin(), p.uses.end(),
+                                    [&](const Use& u) { return u.op == k && u.input == i; });
+      if (use->direct) {
+        use->accumulator = std::shared_ptr<Buffer>(&p.grad, [](Buffer*) {});
+      } else if (use->accumulator == nullptr) {
+        use->accumulator = allocate(g_local[i], compute_, MemoryCategory::gradients);
+      }
+      dx[i] = use->accumulator;
+      mode[i] = use->accumulated ? CopyMode::accumulate : CopyMode::assign;
+      use->accumulated = true;
+      in_place[i] = true;
+    } else {
+      dx[i] = allocate(g_local[i], dtype_of(op.inputs[i]), MemoryCategory::temporaries);
+    }
   }
   auto DX = [&](std::size_t i) { return view_of(op.inputs[i], *dx[i], g_local[i]); };
+  // dx_i (=, +=) factor · dY in input i's mode.
+  auto scaled_into = [&](std::size_t i, float factor) {
+    if (mode[i] == CopyMode::assign) {
+      be_.scale(dY, factor, DX(i));
+    } else {
+      be_.add_scaled(dY, factor, DX(i));
+    }
+  };
   std::array<std::shared_ptr<Buffer>, 3> x{};
   auto X = [&](std::size_t i) -> ConstTensorView {
     if (x[i] == nullptr) x[i] = reread(k, i);
@@ -130,43 +163,46 @@ inline void Executor::run_backward(std::size_t k) {
       const IndexLetters& la = op.einsum.inputs[0];
       const IndexLetters& lb = op.einsum.inputs[1];
       const IndexLetters& lc = op.einsum.output;
-      if (dx[0]) local_einsum(lc, dY, lb, X(1), la, DX(0), true);
-      if (dx[1]) local_einsum(la, X(0), lc, dY, lb, DX(1), true);
+      if (dx[0]) local_einsum(lc, dY, lb, X(1), la, DX(0), mode[0] == CopyMode::accumulate);
+      if (dx[1]) local_einsum(la, X(0), lc, dY, lb, DX(1), mode[1] == CopyMode::accumulate);
       break;
     }
-    case OpKind::gelu: be_.gelu_backward(X(0), dY, DX(0)); break;
+    case OpKind::gelu: be_.gelu_backward(X(0), dY, DX(0), mode[0]); break;
     case OpKind::dropout:
       be_.dropout_backward(dY, DX(0),
                            {.probability = static_cast<float>(op.probability),
                             .rng = dropout_stream(k),
-                            .placement = placement(g_.tensor(out).shape, s.sharding.output)});
+                            .placement = placement(g_.tensor(out).shape, s.sharding.output)},
+                           mode[0]);
       break;
-    case OpKind::scale: be_.add_scaled(dY, static_cast<float>(op.factor), DX(0)); break;
+    case OpKind::scale: scaled_into(0, static_cast<float>(op.factor)); break;
     case OpKind::add:
-      if (dx[0]) be_.add_scaled(dY, 1.0f, DX(0));
-      if (dx[1]) be_.add_scaled(dY, 1.0f, DX(1));
+      if (dx[0]) scaled_into(0, 1.0f);
+      if (dx[1]) scaled_into(1, 1.0f);
       break;
     case OpKind::bias:
-      if (dx[0]) be_.add_scaled(dY, 1.0f, DX(0));
-      if (dx[1]) be_.bias_backward(dY, DX(1));
+      if (dx[0]) scaled_into(0, 1.0f);
+      if (dx[1]) be_.bias_backward(dY, DX(1), mode[1]);
       break;
     case OpKind::softmax:
       be_.softmax_backward(view_of(out, *sv.output, out_local), dY, DX(0),
                            {.scale = 1.0f,
                             .masking = op.masking,
-                            .placement = placement(g_.tensor(out).shape, s.sharding.output)});
+                            .placement = placement(g_.tensor(out).shape, s.sharding.output)},
+                           mode[0]);
       break;
     case OpKind::layernorm: {
       const TensorShape rows = rows_shape(in_local[0]);
-      auto tmp0 = dx[0] ? nullptr : zeros(in_local[0], compute_, MemoryCategory::temporaries);
-      auto tmp1 = dx[1] ? nullptr : zeros(in_local[1], compute_, MemoryCategory::temporaries);
-      auto tmp2 = dx[2] ? nullptr : zeros(in_local[2], compute_, MemoryCategory::temporaries);
+      auto tmp0 = dx[0] ? nullptr : allocate(in_local[0], compute_, MemoryCategory::temporaries);
+      auto tmp1 = dx[1] ? nullptr : allocate(in_local[1], compute_, MemoryCategory::temporaries);
+      auto tmp2 = dx[2] ? nullptr : allocate(in_local[2], compute_, MemoryCategory::temporaries);
+      const NormGradModes modes{.dx = mode[0], .dgamma = mode[1], .dbeta = mode[2]};
       TensorView d0 = dx[0] ? DX(0) : tmp0->view(in_local[0], compute_);
       TensorView d1 = dx[1] ? DX(1) : tmp1->view(in_local[1], compute_);
       TensorView d2 = dx[2] ? DX(2) : tmp2->view(in_local[2], compute_);
       if (s.sharding.variant != OpVariant::distributed_statistics) {
         be_.layernorm_backward(dY, X(0), X(1), sv.state1.view(rows), sv.state2.view(rows), d0, d1,
-                               d2);
+                               d2, modes);
       } else {
         TensorShape sums_shape = rows;
         sums_shape.push_back({"stats", 2});
@@ -176,7 +212,7 @@ inline void Executor::run_backward(std::size_t k) {
         all_reduce(sums.view(sums_shape), s.sharding.inputs[0].dims()[op.dim], ReduceOp::sum);
         be_.layernorm_backward_apply(
             dY, X(0), X(1), sv.state1.view(rows), sv.state2.view(rows), sums.view(sums_shape),
-            g_.tensor(op.inputs[0]).shape.dims()[op.dim].extent, d0, d1, d2);
+            g_.tensor(op.inputs[0]).shape.dims()[op.dim].extent, d0, d1, d2, modes);
       }
       break;
     }
@@ -184,22 +220,23 @@ inline void Executor::run_backward(std::size_t k) {
       if (!dx[0]) break;
       const Slice table =
           device_slice(g_.tensor(op.inputs[0]).shape, s.sharding.inputs[0], mesh_, device_);
-      be_.embedding_backward(dY, Ids(1), DX(0), {.vocab_offset = table.offset[0]});
+      be_.embedding_backward(dY, Ids(1), DX(0), {.vocab_offset = table.offset[0]}, mode[0]);
       break;
     }
     case OpKind::softmax_cross_entropy: {
       const TensorShape rows = rows_shape(in_local[0]);
       be_.cross_entropy_backward(view_of(op.inputs[0], *sv.extra, in_local[0]), Ids(1),
                                  sv.state1.view(rows), reshaped(dY, {{"loss", 1}}), DX(0),
-                                 ce_args(k));
+                                 ce_args(k), mode[0]);
       break;
     }
     case OpKind::fused_attention: {
-      const TensorShape lse = {in_local[0].dims()[0], in_local[0].dims()[1], in_local[0].dims()[2]};
+      const TensorShape lse = rows_shape(in_local[0]);  // (B, a, S) or (B, n, g, S)
       const AttentionArgs args = attention_args(k);
       if (!gathers_kv(k)) {
         be_.attention_backward(X(0), X(1), X(2), view_of(out, *sv.output, out_local),
-                               sv.state1.view(lse), dY, DX(0), DX(1), DX(2), args);
+                               sv.state1.view(lse), dY, DX(0), DX(1), DX(2), args,
+                               CopyMode::assign);
         break;
       }
       const TensorShape fs{
@@ -210,16 +247,26 @@ inline void Executor::run_backward(std::size_t k) {
       auto kf = gather_seq(k, X(1));
       auto vf = gather_seq(k, X(2));
       const DType dt = compute_;
-      auto dkf = zeros(fs, dt, MemoryCategory::temporaries);
-      auto dvf = zeros(fs, dt, MemoryCategory::temporaries);
+      auto dkf = allocate(fs, dt, MemoryCategory::temporaries);
+      auto dvf = allocate(fs, dt, MemoryCategory::temporaries);
       be_.attention_backward(X(0), kf->view(fs, dt), vf->view(fs, dt),
                              view_of(out, *sv.output, out_local), sv.state1.view(lse), dY, DX(0),
-                             dkf->view(fs, dt), dvf->view(fs, dt), args);
+                             dkf->view(fs, dt), dvf->view(fs, dt), args, CopyMode::assign);
+      // scatter_seq adds its reduce-scattered pieces into dk and dv.
+      be_.fill(DX(1), 0.0f);
+      be_.fill(DX(2), 0.0f);
       scatter_seq(k, dkf->view(fs, dt), DX(1));
       scatter_seq(k, dvf->view(fs, dt), DX(2));
       break;
     }
-    case OpKind::view: view_copy(op, dY, DX(0), CopyMode::accumulate, true); break;
+    case OpKind::view: {
+      // A split_heads of several parts (Q, K, V out of the fused QKV) writes one part of dx.
+      const bool whole = op.view != ViewKind::split_heads ||
+                         g_.tensor(op.inputs[0]).shape.numel() == g_.tensor(out).shape.numel();
+      if (!whole && mode[0] == CopyMode::assign) be_.fill(DX(0), 0.0f);
+      view_copy(op, dY, DX(0), whole ? mode[0] : CopyMode::accumulate, true);
+      break;
+    }
     case OpKind::rmsnorm:
     case OpKind::silu_mul:
     case OpKind::rotary:
@@ -227,7 +274,7 @@ inline void Executor::run_backward(std::size_t k) {
   }
   x = {};
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {
-    if (dx[i]) route_gradient(k, i, std::move(dx[i]));
+    if (dx[i] && !in_place[i]) route_gradient(k, i, std::move(dx[i]));
   }
 }
 

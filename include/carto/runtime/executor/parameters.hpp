@@ -13,16 +13,18 @@
 // Below stage 2 each use accumulates its gradient over the micro-batches in its Partial local
 // form: the direct use (first consumer, gradient spec = stored spec) into Param::grad, the others
 // into their own accumulator; finish_gradients reduces them once per step and moves them to the
-// stored spec. Initial values: GPT-2's normal from an rng stream keyed by the tensor id and the
-// global element index (layernorm gamma 1, beta and biases 0), so every plan starts alike.
-// Dtypes: the value (what kernels read) and the gradient are in the compute dtype, m and v fp32.
-// Under mixed_bf16 each parameter also has an fp32 master (Param::master, optimizer category,
-// sharded like m and v: local at ZeRO 0, this rank's chunk at 1-3) holding the fp32 initial value;
-// the compute copy is its bf16 rounding (Backend::convert). AdamW updates the master from the bf16
-// gradient and converts the result into the compute copy: at ZeRO 0 the whole local tensor; at 1-2
-// this rank's chunk, converted, then all-gathered in bf16 into the compute copy; at 3 the chunk,
-// which is what the gathers before each use read. Gradients are reduced in
-// ExecutorOptions::gradient_reduction (reduce_gradient, storage.hpp).
+// stored spec. Nothing is zero-filled per step: a use's first contribution of a step assigns
+// (Use::accumulated false, reset by begin_step), later ones add; at stage 2-3 the first use to
+// reach the gradient chunk in a step assigns it. Initial values: GPT-2's normal from an rng stream
+// keyed by the tensor id and the global element index (layernorm gamma 1, beta and biases 0), so
+// every plan starts alike. Dtypes: the value (what kernels read) and the gradient are in the
+// compute dtype, m and v fp32. Under mixed_bf16 each parameter also has an fp32 master
+// (Param::master, optimizer category, sharded like m and v: local at ZeRO 0, this rank's chunk at
+// 1-3) holding the fp32 initial value; the compute copy is its bf16 rounding (Backend::convert).
+// AdamW updates the master from the bf16 gradient and converts the result into the compute copy: at
+// ZeRO 0 the whole local tensor; at 1-2 this rank's chunk, converted, then all-gathered in bf16
+// into the compute copy; at 3 the chunk, which is what the gathers before each use read. Gradients
+// are reduced in ExecutorOptions::gradient_reduction (reduce_gradient, storage.hpp).
 #pragma once
 
 #include "carto/runtime/executor/storage.hpp"
@@ -104,12 +106,13 @@ inline void Executor::init_parameters() {
 }
 
 inline void Executor::init_value(const Param& p, TensorView value) {
-  // The first consumer decides: layernorm gamma 1, beta 0; a bias 0; otherwise normal.
+  // The first consumer decides: layernorm and rmsnorm gamma 1, beta 0; a bias 0; otherwise normal.
   float constant = -1;
   for (const Op& op : g_.ops()) {
     for (std::size_t i = 0; i < op.inputs.size(); ++i) {
       if (op.inputs[i] != p.id) continue;
       if (op.kind == OpKind::layernorm) constant = i == 1 ? 1.0f : 0.0f;
+      if (op.kind == OpKind::rmsnorm) constant = 1.0f;
       if (op.kind == OpKind::bias) constant = 0.0f;
       goto decided;
     }
@@ -131,7 +134,13 @@ inline void Executor::copy_chunk(ConstTensorView full, const Param& p, TensorVie
   const std::int64_t n = full.numel();
   const std::int64_t begin = std::min(n, p.group_rank * p.chunk);
   const std::int64_t len = std::min(n, begin + p.chunk) - begin;
-  be_.fill(chunk, 0.0f);
+  if (len < p.chunk) {  // the padding past the tensor's end is 0
+    const std::int64_t elem = size_bytes(chunk.dtype);
+    be_.fill({.data = static_cast<std::byte*>(chunk.data) + len * elem,
+              .shape = {{"padding", p.chunk - len}},
+              .dtype = chunk.dtype},
+             0.0f);
+  }
   if (len > 0) {
     be_.copy_box(reshaped(full, {{"flat", n}}), {.offset = {begin}, .extent = {len}},
                  reshaped(chunk, {{"chunk", p.chunk}}), {0}, CopyMode::assign);
@@ -243,14 +252,10 @@ inline std::vector<TensorId> Executor::parameters() const {
   return out;
 }
 
+// The step's first contribution to each use's gradient assigns it (no zero fill).
 inline void Executor::begin_step() {
   for (Param& p : params_) {
-    for (Use& u : p.uses) {
-      if (u.accumulator != nullptr) {
-        be_.fill(u.accumulator->view(local_of(p.id, without_partial(u.grad_spec)), compute_), 0.0f);
-      }
-      u.accumulated = false;
-    }
+    for (Use& u : p.uses) u.accumulated = false;
   }
 }
 
@@ -266,7 +271,18 @@ inline void Executor::accumulate_parameter_gradient(std::size_t k, std::size_t i
   for (Use& u : p.uses)
     if (u.op == k && u.input == i) use = &u;
   const TensorShape glocal = local_of(t, without_partial(have));
+  // dst (=, +=) src: a copy on the first contribution, an addition after.
+  auto store = [&](ConstTensorView src, TensorView dst, bool first) {
+    if (first) {
+      be_.convert(src, dst);
+    } else {
+      be_.add_scaled(src, 1.0f, dst);
+    }
+  };
   if (opt_.zero_stage >= 2) {  // reduce now, keep this rank's chunk
+    const bool first =
+        std::none_of(p.uses.begin(), p.uses.end(), [](const Use& u) { return u.accumulated; });
+    use->accumulated = true;
     reduce_gradient(*grad, have, p.global);
     std::shared_ptr<Buffer> full = grad;
     if (!(without_partial(have) == p.spec)) {
@@ -275,25 +291,38 @@ inline void Executor::accumulate_parameter_gradient(std::size_t k, std::size_t i
                                            MemoryCategory::temporaries));
     }
     const TensorShape chunk{{"chunk", p.chunk}};
+    if (first) {  // this rank's chunk straight into the gradient
+      copy_chunk(full->view(p.local, compute_), p, p.grad.view(chunk, compute_));
+      return;
+    }
     Buffer mine = buffer(chunk, compute_, MemoryCategory::temporaries);
     copy_chunk(full->view(p.local, compute_), p, mine.view(chunk, compute_));
     be_.add_scaled(mine.view(chunk, compute_), 1.0f, p.grad.view(chunk, compute_));
     return;
   }
+  // Below stage 2 run_backward writes a parameter's gradient in place; this path serves the ops
+  // that produce it into a temporary.
   if (use->direct) {
-    if (!use->accumulated) be_.fill(p.grad.view(p.local, compute_), 0.0f);
-    be_.add_scaled(grad->view(glocal, compute_), 1.0f, p.grad.view(p.local, compute_));
+    store(grad->view(glocal, compute_), p.grad.view(p.local, compute_), !use->accumulated);
     use->accumulator = std::shared_ptr<Buffer>(&p.grad, [](Buffer*) {});
   } else {
     if (use->accumulator == nullptr)
-      use->accumulator = zeros(glocal, compute_, MemoryCategory::gradients);
-    be_.add_scaled(grad->view(glocal, compute_), 1.0f, use->accumulator->view(glocal, compute_));
+      use->accumulator = allocate(glocal, compute_, MemoryCategory::gradients);
+    store(grad->view(glocal, compute_), use->accumulator->view(glocal, compute_),
+          !use->accumulated);
   }
   use->accumulated = true;
 }
 
 inline void Executor::finish_gradients() {
-  if (opt_.zero_stage >= 2) return;  // reduced at each backward into the shards
+  if (opt_.zero_stage >= 2) {  // reduced at each backward into the shards
+    for (Param& p : params_) {
+      const bool reached =
+          std::any_of(p.uses.begin(), p.uses.end(), [](const Use& u) { return u.accumulated; });
+      if (!reached) be_.fill(p.grad.view({{"chunk", p.chunk}}, compute_), 0.0f);
+    }
+    return;
+  }
   for (Param& p : params_) {
     bool first = true;
     for (Use& u : p.uses) {
@@ -309,62 +338,90 @@ inline void Executor::finish_gradients() {
       Buffer moved =
           move(p.global, u.accumulator->view(local_shape(p.global, u.grad_spec, mesh_), compute_),
                without_partial(u.grad_spec), p.spec, MemoryCategory::temporaries);
-      if (first) be_.fill(p.grad.view(p.local, compute_), 0.0f);
+      if (first) {
+        be_.convert(moved.view(p.local, compute_), p.grad.view(p.local, compute_));
+      } else {
+        be_.add_scaled(moved.view(p.local, compute_), 1.0f, p.grad.view(p.local, compute_));
+      }
       first = false;
-      be_.add_scaled(moved.view(p.local, compute_), 1.0f, p.grad.view(p.local, compute_));
     }
     if (first) be_.fill(p.grad.view(p.local, compute_), 0.0f);  // no gradient reached it
   }
 }
 
+// One fused AdamW call over every shard this rank updates (Backend::adamw_update_all), then per
+// parameter what follows the update: the bf16 compute copy from the master, the all-gather of
+// the updated chunks.
 inline void Executor::optimizer_step() {
   ++step_;
   AdamWArgs args = opt_.adamw;
   args.step = step_;
   const bool mixed = opt_.precision == Precision::mixed_bf16;
-  for (Param& p : params_) {
+  // The fp32 weights AdamW updates for each parameter (the master under mixed_bf16, else the
+  // value): the local tensor at ZeRO 0, else this rank's chunk, elements [begin, begin + len) of
+  // the flat local tensor (empty when the chunk is all padding).
+  std::vector<TensorView> weights(params_.size());
+  std::vector<AdamWShard> shards;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    const std::int64_t n = p.local.numel();
+    const TensorShape flat{{"flat", n}};
+    if (opt_.zero_stage == 0) {
+      weights[i] = mixed ? p.master.view(flat, DType::fp32) : p.value.view(flat, compute_);
+      shards.push_back({.param = weights[i],
+                        .grad = p.grad.view(flat, compute_),
+                        .m = p.m.view(flat, DType::fp32),
+                        .v = p.v.view(flat, DType::fp32)});
+      continue;
+    }
+    const std::int64_t begin = std::min(n, p.group_rank * p.chunk);
+    const std::int64_t len = std::min(n, begin + p.chunk) - begin;
+    if (len == 0) continue;
+    const TensorShape piece{{"flat", len}};
+    weights[i] = mixed                  ? p.master.view(piece, DType::fp32)
+                 : opt_.zero_stage == 3 ? p.value.view(piece, compute_)
+                                        : offset_view(p.value, begin, piece, compute_);
+    const ConstTensorView grad = opt_.zero_stage >= 2
+                                     ? ConstTensorView(p.grad.view(piece, compute_))
+                                     : ConstTensorView(offset_view(p.grad, begin, piece, compute_));
+    shards.push_back({.param = weights[i],
+                      .grad = grad,
+                      .m = p.m.view(piece, DType::fp32),
+                      .v = p.v.view(piece, DType::fp32)});
+  }
+  be_.adamw_update_all(shards, args);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
     const std::int64_t n = p.local.numel();
     const TensorShape flat{{"flat", n}};
     const TensorShape chunk{{"chunk", p.chunk}};
+    const TensorView& w = weights[i];
+    const bool updated = w.data != nullptr;
     if (opt_.zero_stage == 0) {
-      // The fp32 weights AdamW updates: the master under mixed_bf16, else the value.
-      const TensorView w = mixed ? p.master.view(flat, DType::fp32) : p.value.view(flat, compute_);
-      be_.adamw_update(w, p.grad.view(flat, compute_), p.m.view(flat, DType::fp32),
-                       p.v.view(flat, DType::fp32), args);
       if (mixed) be_.convert(w, p.value.view(flat, compute_));
-    } else {
-      // This rank's chunk: elements [begin, begin + len) of the flat local tensor.
-      const std::int64_t begin = std::min(n, p.group_rank * p.chunk);
-      const std::int64_t len = std::min(n, begin + p.chunk) - begin;
-      const TensorShape piece{{"flat", len}};
-      TensorView w{};
-      if (len > 0) {
-        w = mixed                  ? p.master.view(piece, DType::fp32)
-            : opt_.zero_stage == 3 ? p.value.view(piece, compute_)
-                                   : offset_view(p.value, begin, piece, compute_);
-        const ConstTensorView grad =
-            opt_.zero_stage >= 2 ? ConstTensorView(p.grad.view(piece, compute_))
-                                 : ConstTensorView(offset_view(p.grad, begin, piece, compute_));
-        be_.adamw_update(w, grad, p.m.view(piece, DType::fp32), p.v.view(piece, DType::fp32), args);
-      }
-      if (opt_.zero_stage == 3) {
-        // The compute chunk (what the gathers read) from the updated master; its padding stays 0.
-        if (mixed && len > 0) be_.convert(w, p.value.view(piece, compute_));
-      } else if (mixed || p.replicas > 1) {
-        // All-gather the updated chunk in the compute dtype over the replica group (under
-        // mixed_bf16 the bf16 rounding of the master chunk, also when the group is one device).
-        Buffer send = buffer(chunk, compute_, MemoryCategory::temporaries);
-        be_.fill(send.view(chunk, compute_), 0.0f);
-        if (len > 0) {
-          be_.copy_box(mixed ? ConstTensorView(w)
-                             : ConstTensorView(offset_view(p.value, begin, piece, compute_)),
-                       {.offset = {0}, .extent = {len}}, send.view(chunk, compute_), {0},
-                       CopyMode::assign);
-        }
-        all_gather_chunks(p, send.view(chunk, compute_), p.value.view(flat, compute_));
-      }
+      continue;
     }
-    be_.fill(p.grad.view(opt_.zero_stage >= 2 ? chunk : flat, compute_), 0.0f);
+    const std::int64_t begin = std::min(n, p.group_rank * p.chunk);
+    const std::int64_t len = std::min(n, begin + p.chunk) - begin;
+    const TensorShape piece{{"flat", len}};
+    if (opt_.zero_stage == 3) {
+      // The compute chunk (what the gathers read) from the updated master; its padding stays 0.
+      if (mixed && updated) be_.convert(w, p.value.view(piece, compute_));
+    } else if (mixed || p.replicas > 1) {
+      // All-gather the updated chunk in the compute dtype over the replica group (under
+      // mixed_bf16 the bf16 rounding of the master chunk, also when the group is one device).
+      Buffer send = buffer(chunk, compute_, MemoryCategory::temporaries);
+      const TensorView sent = send.view(chunk, compute_);
+      if (len < p.chunk) {  // the padding
+        be_.fill(offset_view(send, len, {{"padding", p.chunk - len}}, compute_), 0.0f);
+      }
+      if (updated) {
+        be_.copy_box(mixed ? ConstTensorView(w)
+                           : ConstTensorView(offset_view(p.value, begin, piece, compute_)),
+                     {.offset = {0}, .extent = {len}}, sent, {0}, CopyMode::assign);
+      }
+      all_gather_chunks(p, sent, p.value.view(flat, compute_));
+    }
   }
   be_.synchronize();
 }

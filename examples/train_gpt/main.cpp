@@ -9,6 +9,7 @@
 // training.* (thread ranks, Trainer, sampling), report.* (what is printed and written).
 #include <carto/error.hpp>
 #include <carto/layers/gpt.hpp>
+#include <carto/runtime/checkpoint.hpp>
 #include <carto/spec/text.hpp>
 #include <carto/util/units.hpp>
 #include <charconv>
@@ -63,6 +64,13 @@ std::vector<carto::cli::FlagSpec> flag_specs() {
       {"plan", true, "load this plan (written by --save-plan) instead of searching"},
       {"save-plan", true, "write the plan to this JSON file"},
       {"json", true, "write the run's report (plan, losses, memory, step time) to this file"},
+      {"checkpoint", true,
+       "save the trainer's whole state into this folder after the last step (and every "
+       "--save-every steps); each save replaces the previous one atomically"},
+      {"save-every", true, "steps between checkpoints (needs --checkpoint)"},
+      {"resume", true,
+       "load this checkpoint folder first and continue at its step (another --mesh, plan or "
+       "--dtype reshards it)"},
       {"help", false, "this text"},
   };
 }
@@ -162,6 +170,21 @@ int run(const std::vector<std::string>& args) {
       .temperature = number(flags, "temperature", 0.8, true)};
   settings.log_every =
       flags.positive("log-every").value_or(std::max<std::int64_t>(1, settings.steps / 10));
+  settings.checkpoint = flags.text("checkpoint").value_or("");
+  settings.save_every = flags.positive("save-every").value_or(0);
+  settings.resume = flags.text("resume").value_or("");
+  if (flags.has("save-every") && settings.checkpoint.empty()) {
+    throw UsageError(std::string(kCommand) + ": --save-every needs --checkpoint DIR");
+  }
+  if (flags.has("checkpoint")) {
+    parsed("checkpoint", settings.checkpoint, [](const std::string& t) {
+      carto::check_checkpoint_target(t);
+      return 0;
+    });
+  }
+  if (flags.has("resume") && settings.resume.empty()) {
+    throw UsageError(std::string(kCommand) + ": --resume needs a checkpoint folder");
+  }
   const double dropout = flags.probability("dropout").value_or(0.0);
   const double tolerance = number(flags, "tolerance", 0.05, true);
   const std::vector<std::int64_t> micro_batches = micro_batch_flag(flags);

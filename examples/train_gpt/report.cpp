@@ -107,9 +107,10 @@ void print_summary(std::ostream& out, const carto::Plan& plan, const TrainResult
   const std::vector<double>& loss = result.losses;
   if (loss.empty()) return;
   const std::size_t n = loss.size(), k = std::min(kAverage, n);
-  out << "\nloss: " << fixed(loss.front(), 3) << " at step 1 -> " << fixed(loss.back(), 3)
-      << " at step " << n << "; mean of the first " << k << " steps " << fixed(mean(loss, 0, k), 3)
-      << ", of the last " << k << " " << fixed(mean(loss, n - k, n), 3)
+  out << "\nloss: " << fixed(loss.front(), 3) << " at step " << result.first_step + 1 << " -> "
+      << fixed(loss.back(), 3) << " at step " << result.first_step + static_cast<std::int64_t>(n)
+      << "; mean of the first " << k << " steps " << fixed(mean(loss, 0, k), 3) << ", of the last "
+      << k << " " << fixed(mean(loss, n - k, n), 3)
       << " (uniform guessing: " << fixed(std::log(static_cast<double>(info.model.vocab)), 3)
       << ")\n";
   if (result.loss_disagreement == 0) {
@@ -198,6 +199,7 @@ Json report_json(const carto::Plan& plan, const TrainResult& result, const Train
 
   Json& t = j["training"];
   t["steps"] = settings.steps;
+  t["first_step"] = result.first_step;  // a resumed run's losses begin after it
   t["learning_rate"] = static_cast<double>(settings.learning_rate);
   t["seed"] = static_cast<std::int64_t>(settings.seed);
   t["losses"] = Json::array();

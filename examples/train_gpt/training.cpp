@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <carto/runtime/checkpoint.hpp>
 #include <carto/runtime/thread_comm.hpp>
 #include <carto/runtime/trainer.hpp>
 #include <carto/util/units.hpp>
@@ -135,13 +136,32 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
     MeshComms comms(world, plan.mesh);
     Trainer trainer(micro_graph, plan, backend, comms, hw,
                     {.seed = settings.seed, .adamw = {.learning_rate = settings.learning_rate}});
+    std::int64_t first = 0;  // a resumed run continues at the checkpoint's data position
+    if (!settings.resume.empty()) {
+      first = load_checkpoint(trainer, settings.resume).data_position;
+      if (first >= settings.steps) {
+        detail::fail("carto-demo: the checkpoint '", settings.resume, "' is at step ", first,
+                     "; --steps ", settings.steps, " leaves nothing to train (pass more --steps)");
+      }
+      if (rank == 0) {
+        out.first_step = first;
+        log << "resumed from " << settings.resume << " at step " << first << std::endl;
+      }
+    }
     const auto start = std::chrono::steady_clock::now();
-    std::clock_t cpu_start = 0;  // after step 1 (rank 0)
+    std::clock_t cpu_start = 0;  // after the first step (rank 0)
     double window_s = 0;
     std::int64_t window_steps = 0;
-    for (std::int64_t s = 0; s < settings.steps; ++s) {
+    for (std::int64_t s = first; s < settings.steps; ++s) {
       const StepStats st =
           trainer.step_with_stats(corpus.batch(settings.batch, seq, settings.seed, s));
+      if (!settings.checkpoint.empty() &&
+          ((settings.save_every > 0 && (s + 1) % settings.save_every == 0) ||
+           s + 1 == settings.steps)) {
+        save_checkpoint(trainer, settings.checkpoint);
+        if (rank == 0)
+          log << "checkpoint of step " << s + 1 << " saved to " << settings.checkpoint << std::endl;
+      }
       rank_losses[rank].push_back(st.loss);
       live_peak[rank].store(st.peak_bytes);
       if (rank == 0) {
@@ -150,10 +170,10 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
         window_s += st.seconds;
         ++window_steps;
       }
-      if (!(s == 0 || (s + 1) % settings.log_every == 0 || s + 1 == settings.steps)) continue;
+      if (!(s == first || (s + 1) % settings.log_every == 0 || s + 1 == settings.steps)) continue;
       world.barrier().wait();  // every rank's peak of this step is in
       if (rank != 0) continue;
-      if (s == 0) cpu_start = std::clock();
+      if (s == first) cpu_start = std::clock();
       log << "step " << std::setw(5) << s + 1 << "/" << settings.steps << "  loss " << std::fixed
           << std::setprecision(3) << st.loss << " (mean of the last "
           << std::min(kAverage, out.losses.size()) << ": " << mean_of_last(out.losses, kAverage)
@@ -167,10 +187,10 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
       window_steps = 0;
     }
     world.barrier().wait();  // every rank has finished training
-    if (rank == 0 && settings.steps > 1) {
+    if (rank == 0 && settings.steps - first > 1) {
       out.cpu_seconds_per_rank_step = static_cast<double>(std::clock() - cpu_start) /
                                       CLOCKS_PER_SEC / static_cast<double>(ranks) /
-                                      static_cast<double>(settings.steps - 1);
+                                      static_cast<double>(settings.steps - first - 1);
     }
     out.peak_bytes[rank] = trainer.memory().peak_bytes();
     out.at_peak[rank] = trainer.memory().at_peak();

@@ -32,9 +32,16 @@ struct TrainSettings {
   std::int64_t sample_chars = 0;  // per line; 0: no sampling
   std::int64_t sample_lines = 3;
   double temperature = 0.8;
+  // Checkpoints (carto/runtime/checkpoint.hpp): saved into `checkpoint` every `save_every` steps
+  // (0: none between) and after the last; `resume` is loaded first and training continues at its
+  // data position (the next step's batch).
+  std::string checkpoint{};
+  std::int64_t save_every = 0;
+  std::string resume{};
 };
 
 struct TrainResult {
+  std::int64_t first_step = 0;                  // 0, or the step a resumed run began at
   std::vector<double> losses;                   // per step (rank 0)
   std::vector<double> step_seconds;             // per step (rank 0)
   double loss_disagreement = 0;                 // max over steps and ranks of |loss_r - loss_0|

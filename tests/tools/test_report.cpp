@@ -19,61 +19,12 @@
 #include "report.hpp"
 #include "support/carto_plan_run.hpp"
 #include "support/xml_check.hpp"
+#include "tools/test_report_fixtures.hpp"
 
 using namespace carto;
 using carto::testing::xml_problem;
 
-namespace {
-
-const GptConfig kTiny{
-    .name = "tiny", .layers = 2, .hidden = 32, .heads = 4, .vocab = 64, .seq = 16};
-constexpr std::int64_t kBatch = 4;
-const std::string kTinyFlags = "--layers 2 --hidden 32 --heads 4 --vocab 64 --seq 16 --batch 4";
-
-Graph tiny_graph(std::int64_t micro_batch) { return build_gpt(kTiny, {.batch = micro_batch}); }
-
-HardwareProfile tiny_hardware() {
-  HardwareProfile hw = find_hardware_profile("h100");
-  hw.links.front().devices = 2;
-  return hardware_for_devices(hw, 4);
-}
-
-Plan tiny_plan(std::vector<int> zero_stages) {
-  SearchOptions options;
-  options.micro_batches = {1, 2};
-  options.zero_stages = std::move(zero_stages);
-  options.time_bounds = false;  // the whole frontier
-  return search(tiny_graph, "tiny", kBatch, 4, tiny_hardware(), options);
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t i = text.find(what); i != std::string::npos; i = text.find(what, i + 1)) ++n;
-  return n;
-}
-
-// The page as one XML document (the HTML5 doctype line is not XML).
-std::string without_doctype(const std::string& page) {
-  const std::string doctype = "<!DOCTYPE html>";
-  REQUIRE(page.rfind(doctype, 0) == 0);
-  return page.substr(doctype.size());
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string temp_dir() {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("carto_report_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-
-}  // namespace
+using namespace carto::testing::report_fixtures;
 
 TEST_CASE("the XML checker finds what makes a document ill-formed", "[tools][report]") {
   REQUIRE_FALSE(

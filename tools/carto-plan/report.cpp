@@ -270,6 +270,7 @@ std::string render_report(const ReportInput& input) {
   report_detail::memory_section(page, input, data);
   report_detail::time_section(page, input, data);
   report_detail::frontier_section(page, input);
+  if (input.measured != nullptr) report_detail::measured_section(page, input);
   page += "</body></html>\n";
   return page;
 }

@@ -6,12 +6,15 @@
 // made for, with the cost model's own functions (evaluate_assignment, evaluate_point, the
 // strategies' memory), so that it shows the plan a Trainer would run, not a copy of the search's
 // labels. build_report_data computes the figures (tested on their own); render_report turns them
-// into HTML. Repeated transformer blocks (block_chains of search/space.hpp) whose ops chose the
-// same strategies fold into one row group with a count, so GPT-3's 96 blocks take the space of one.
+// into HTML. With a training run's measurements, a last section puts measured memory and step
+// time beside the prediction and draws the loss curve (report_measured.cpp). Repeated transformer
+// blocks (block_chains of search/space.hpp) whose ops chose the same strategies fold into one row
+// group with a count, so GPT-3's 96 blocks take the space of one.
 #pragma once
 
 #include <carto/cost.hpp>
 #include <carto/search.hpp>
+#include <carto/util/json.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,15 +22,31 @@
 
 namespace carto::tools {
 
+// What a training run of the plan measured (carto-demo's --json report, format
+// carto-demo-report/1): the loss of every step, each step's wall time, each rank's peak memory.
+struct Measurements {
+  std::string source;  // the file it came from
+  std::vector<double> losses;
+  std::vector<double> step_seconds;
+  std::vector<std::int64_t> peak_bytes;  // measured, per rank
+  double step_s = 0;                     // the run's own mean step time (its steps after the first)
+  std::string hardware;                  // the hardware profile its prediction used
+};
+
+// Reads a carto-demo-report/1 document; a missing or ill-typed member is a carto::Error naming
+// it and the file.
+Measurements measurements_from_json(const Json& run, const std::string& source);
+
 struct ReportInput {
   const Plan* plan = nullptr;
   const Graph* graph = nullptr;  // the graph of one micro-batch the plan was made for
   HardwareProfile hardware{};
   std::int64_t memory_budget = 0;  // bytes per device
   std::int64_t global_batch = 1;
-  std::string model_description{};  // "gpt3-175b: 96 layers, hidden 12288, ..."
-  const Plan* compare = nullptr;    // optional: a plan shown beside this one
-  std::string compare_label{};      // e.g. the file it came from
+  std::string model_description{};         // "gpt3-175b: 96 layers, hidden 12288, ..."
+  const Plan* compare = nullptr;           // optional: a plan shown beside this one
+  std::string compare_label{};             // e.g. the file it came from
+  const Measurements* measured = nullptr;  // optional: a training run of this plan
 };
 
 // One tensor of a layout row: its dims (name, extent, mesh axes splitting it) and Partial axes.

@@ -2,12 +2,17 @@
 //
 //   carto-plan report PLAN.json -o PLAN.html [--compare OTHER.json] [--model NAME | size flags]
 //                     [--batch N] [--hardware NAME] [--gpus-per-node N] [--memory SIZE]
+//                     [--measured RUN.json]
+//   carto-plan report RUN.json -o RUN.html      (RUN.json: carto-demo's --json report)
 //
 // Design note: a plan file names its model and records its mesh, micro-batches and precision, but
 // not the global batch, the hardware or the budget it was searched under; those come from the same
 // flags `plan` takes (the model defaults to the preset the file names). The graph is rebuilt from
 // them and the file is checked against it (plan_from_json), so a wrong --batch is an error naming
-// the fingerprint, not a wrong picture.
+// the fingerprint, not a wrong picture. A training run's report (carto-demo --json, which holds
+// the plan it trained, the model's sizes, the batch, the hardware profile and the budget) fills in
+// every flag not given, and its measurements are drawn beside the prediction; a run of another
+// plan than PLAN.json is refused.
 #include "report_command.hpp"
 
 #include <carto/util/json.hpp>
@@ -48,6 +53,8 @@ std::vector<cli::FlagSpec> report_flags() {
                    {"hardware", true, "h100 (default), h200, a100, pcie, cpu, or a profile file"},
                    {"gpus-per-node", true, "devices per node of the hardware"},
                    {"memory", true, "the memory budget per device (default: the device's)"},
+                   {"measured", true,
+                    "a training run of the plan (carto-demo --json): measured beside predicted"},
                    {"help", false, "this text"},
                });
   return flags;
@@ -74,9 +81,26 @@ std::int64_t micro_batch_of(std::int64_t global_batch, std::int64_t micro_batche
 
 }  // namespace
 
-Plan read_plan_file(const std::string& path, const GraphMaker& make_graph,
-                    std::int64_t global_batch) {
-  const Json j = read_json_file(path);
+namespace {
+
+constexpr std::string_view kRunFormat = "carto-demo-report/1";
+
+bool is_run_report(const Json& j) {
+  const Json* f = j.is_object() ? j.find("format") : nullptr;
+  return f != nullptr && f->is_string() && f->as_string() == kRunFormat;
+}
+
+// The plan of a plan file, or the plan a run report holds.
+Json plan_json_of(const Json& j, const std::string& path) {
+  if (!is_run_report(j)) return j;
+  const Json* plan = j.find("plan");
+  if (plan == nullptr || !plan->is_object())
+    detail::fail("the training report '", path, "' holds no 'plan'");
+  return *plan;
+}
+
+Plan plan_from_file_json(const Json& j, const std::string& path, const GraphMaker& make_graph,
+                         std::int64_t global_batch) {
   const Json* m = j.is_object() ? j.find("micro_batches") : nullptr;
   const Json* precision = j.is_object() ? j.find("precision") : nullptr;
   const std::int64_t micro = m != nullptr && m->is_int() ? m->as_int() : 1;
@@ -93,11 +117,42 @@ Plan read_plan_file(const std::string& path, const GraphMaker& make_graph,
   }
 }
 
+// The member at `path` of a run report, when it has the type `ok` accepts.
+const Json* run_member(const Json& run, std::initializer_list<std::string_view> path) {
+  const Json* j = &run;
+  for (std::string_view key : path) {
+    j = j->is_object() ? j->find(key) : nullptr;
+    if (j == nullptr) return nullptr;
+  }
+  return j;
+}
+
+std::string run_int(const Json& run, std::initializer_list<std::string_view> path) {
+  const Json* j = run_member(run, path);
+  return j != nullptr && j->is_int() ? std::to_string(j->as_int()) : std::string();
+}
+
+bool same_plan(const Plan& a, const Plan& b) {
+  return a.strategy == b.strategy && a.zero_stage == b.zero_stage &&
+         a.micro_batches == b.micro_batches && a.precision == b.precision &&
+         to_string(a.mesh) == to_string(b.mesh);
+}
+
+}  // namespace
+
+Plan read_plan_file(const std::string& path, const GraphMaker& make_graph,
+                    std::int64_t global_batch) {
+  return plan_from_file_json(plan_json_of(read_json_file(path), path), path, make_graph,
+                             global_batch);
+}
+
 void write_plan_report(const std::string& out_path, const Plan& plan, const Graph& graph,
                        const GraphMaker& make_graph, const std::string& model_description,
                        const HardwareProfile& hw, std::int64_t memory_budget,
-                       std::int64_t global_batch, const std::optional<std::string>& compare_path) {
+                       std::int64_t global_batch, const std::optional<std::string>& compare_path,
+                       const Measurements* measured) {
   ReportInput input;
+  input.measured = measured;
   input.plan = &plan;
   input.graph = &graph;
   input.hardware = hw;
@@ -142,26 +197,70 @@ int report_command(const std::vector<std::string>& raw, std::ostream& out) {
     throw cli::UsageError("report: give the plan file: carto-plan report PLAN.json -o PLAN.html");
   const auto out_path = probe.text("out");
   if (!out_path) throw cli::UsageError("report: give the HTML file to write with -o PLAN.html");
-  // Without model flags, the model is the preset the plan file names.
+  // A training run: the plan file itself, or --measured.
+  const Json plan_file = read_json_file(*plan_path);
+  std::optional<std::string> run_path = probe.text("measured");
+  if (!run_path && is_run_report(plan_file)) run_path = *plan_path;
+  const Json run = run_path ? read_json_file(*run_path) : Json();
+  if (run_path && !is_run_report(run)) {
+    throw cli::UsageError("report: --measured '" + *run_path + "' is not a training report (" +
+                          std::string(kRunFormat) + ", from carto-demo --json)");
+  }
+  // Without model flags, the model is the run's, or the preset the plan file names.
   bool model_given = false;
   for (const cli::FlagSpec& f : model_flag_specs()) model_given = model_given || probe.has(f.name);
-  if (!model_given) {
-    const Json j = read_json_file(*plan_path);
+  if (!model_given && run_path) {
+    for (const char* f : {"layers", "hidden", "heads", "vocab", "seq"}) {
+      const std::string v = run_int(run, {"model", f});
+      if (v.empty()) throw cli::UsageError("report: '" + *run_path + "' lacks model." + f);
+      args.insert(args.end(), {std::string("--") + f, v});
+    }
+  } else if (!model_given) {
+    const Json j = plan_json_of(plan_file, *plan_path);
     const Json* name = j.is_object() ? j.find("model") : nullptr;
     if (name == nullptr || !name->is_string() || !find_model(name->as_string()))
       throw cli::UsageError(
           "report: the plan file does not name a preset model; give --model or the size flags");
     args.insert(args.end(), {"--model", name->as_string()});
   }
+  if (run_path) {  // the run's batch, hardware profile and budget, unless given
+    if (!probe.has("batch") && !run_int(run, {"model", "batch"}).empty())
+      args.insert(args.end(), {"--batch", run_int(run, {"model", "batch"})});
+    const Json* hw = run_member(run, {"hardware_profile"});
+    if (!probe.has("hardware") && hw != nullptr && hw->is_string())
+      args.insert(args.end(), {"--hardware", hw->as_string()});
+    if (!probe.has("memory") && !run_int(run, {"budget_bytes"}).empty())
+      args.insert(args.end(), {"--memory", run_int(run, {"budget_bytes"})});
+  }
   const cli::Flags flags("report", specs, args);
   const GptConfig config = model_from_flags(flags, "report");
   const std::int64_t batch = flags.positive("batch").value_or(1);
-  const GraphMaker make_graph = [&config](std::int64_t micro_batch, Precision precision) {
-    ProfileOptions o{.precision = precision};
+  // A run records its dropout (carto-demo's default is 0); a plan file alone: the profiler's.
+  const Json* run_dropout = run_path ? run_member(run, {"model", "dropout"}) : nullptr;
+  const double dropout = run_dropout != nullptr && run_dropout->is_number()
+                             ? run_dropout->as_double()
+                             : ProfileOptions{}.dropout;
+  const GraphMaker make_graph = [&config, dropout](std::int64_t micro_batch, Precision precision) {
+    ProfileOptions o{.precision = precision, .dropout = dropout};
     o.batch = micro_batch;
     return build_gpt(config, o);
   };
-  const Plan plan = read_plan_file(*plan_path, make_graph, batch);
+  const Plan plan =
+      plan_from_file_json(plan_json_of(plan_file, *plan_path), *plan_path, make_graph, batch);
+  std::optional<Measurements> measured;
+  if (run_path) {
+    measured = measurements_from_json(run, *run_path);
+    if (run_path != plan_path) {
+      const Plan trained =
+          plan_from_file_json(plan_json_of(run, *run_path), *run_path, make_graph, batch);
+      if (!same_plan(plan, trained)) {
+        throw cli::UsageError(
+            "report: '" + *run_path + "' trained another plan (mesh " + to_string(trained.mesh) +
+            ", ZeRO " + std::to_string(trained.zero_stage) + ") than '" + *plan_path + "' (mesh " +
+            to_string(plan.mesh) + ", ZeRO " + std::to_string(plan.zero_stage) + ")");
+      }
+    }
+  }
   const std::string hw_name = flags.text("hardware").value_or("h100");
   HardwareProfile hw = hw_name.find('/') != std::string::npos || hw_name.ends_with(".json")
                            ? load_hardware_profile(hw_name)
@@ -180,7 +279,7 @@ int report_command(const std::vector<std::string>& raw, std::ostream& out) {
   }
   const Graph graph = make_graph(micro_batch_of(batch, plan.micro_batches), plan.precision);
   write_plan_report(*out_path, plan, graph, make_graph, describe_model(config), hw, budget, batch,
-                    flags.text("compare"));
+                    flags.text("compare"), measured ? &*measured : nullptr);
   out << "wrote " << *out_path << "\n";
   return 0;
 }

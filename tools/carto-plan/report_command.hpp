@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "report.hpp"
+
 namespace carto::tools {
 
 // "gpt3-175b: 96 layers, hidden 12288, 96 heads, vocabulary 51200, sequence 2048"
@@ -27,6 +29,7 @@ Plan read_plan_file(const std::string& path, const GraphMaker& make_graph,
 void write_plan_report(const std::string& out_path, const Plan& plan, const Graph& graph,
                        const GraphMaker& make_graph, const std::string& model_description,
                        const HardwareProfile& hw, std::int64_t memory_budget,
-                       std::int64_t global_batch, const std::optional<std::string>& compare_path);
+                       std::int64_t global_batch, const std::optional<std::string>& compare_path,
+                       const Measurements* measured = nullptr);
 
 }  // namespace carto::tools

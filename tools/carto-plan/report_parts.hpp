@@ -28,5 +28,6 @@ std::string svg_text(double x, double y, std::string_view text, std::string_view
 void memory_section(std::string& page, const ReportInput& input, const ReportData& data);
 void time_section(std::string& page, const ReportInput& input, const ReportData& data);
 void frontier_section(std::string& page, const ReportInput& input);
+void measured_section(std::string& page, const ReportInput& input);
 
 }  // namespace carto::tools::report_detail

@@ -408,7 +408,9 @@ TEST_CASE("the DP equals its brute force on Llama's fused-QKV grouped-query atte
   // grouped_query_attention as build_llama writes it: one QKV projection in per-group order, q
   // viewed with split_groups over 4 slots per group (2 query heads, a key and a value head), k
   // and v with split_heads, rotary q and k, the grouped einsums, the merge and the output
-  // projection, under the residual add; materialized and fused attention.
+  // projection, under the residual add; fused attention in both spaces at ZeRO 0 and 3, the
+  // materialized form (three more ops, about 20 s of brute force each) in the standard space at
+  // ZeRO 0.
   for (const AttentionKind kind : {AttentionKind::materialized, AttentionKind::fused}) {
     Graph g{};
     const TensorId in = g.input({{"batch", 4}, {"seq", 2}, {"hidden", 8}}, DType::bf16);
@@ -421,6 +423,8 @@ TEST_CASE("the DP equals its brute force on Llama's fused-QKV grouped-query atte
     const HardwareProfile hw = find_hardware_profile("h100");
     for (const SearchSpace space : {SearchSpace::standard, SearchSpace::full}) {
       for (const int zero : {0, 3}) {
+        if (kind == AttentionKind::materialized && (space == SearchSpace::full || zero == 3))
+          continue;
         INFO("x=2, " << to_string_view(space) << " space, ZeRO " << zero << ", attention "
                      << (kind == AttentionKind::fused ? "fused" : "materialized"));
         const DeviceMesh mesh = parse_mesh("x=2");

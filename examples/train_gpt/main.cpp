@@ -64,6 +64,9 @@ std::vector<carto::cli::FlagSpec> flag_specs() {
       {"plan", true, "load this plan (written by --save-plan) instead of searching"},
       {"save-plan", true, "write the plan to this JSON file"},
       {"json", true, "write the run's report (plan, losses, memory, step time) to this file"},
+      {"trace", true,
+       "write the last 3 training steps as Chrome trace-event JSON (open in Perfetto or "
+       "chrome://tracing: one track per rank) and print rank 0's per-op measured/predicted times"},
       {"checkpoint", true,
        "save the trainer's whole state into this folder after the last step (and every "
        "--save-every steps); each save replaces the previous one atomically"},
@@ -173,6 +176,7 @@ int run(const std::vector<std::string>& args) {
   settings.checkpoint = flags.text("checkpoint").value_or("");
   settings.save_every = flags.positive("save-every").value_or(0);
   settings.resume = flags.text("resume").value_or("");
+  settings.trace = flags.text("trace").value_or("");
   if (flags.has("save-every") && settings.checkpoint.empty()) {
     throw UsageError(std::string(kCommand) + ": --save-every needs --checkpoint DIR");
   }
@@ -221,10 +225,13 @@ int run(const std::vector<std::string>& args) {
              << " batch=" << settings.batch << " dropout=" << dropout
              << (precision == carto::Precision::mixed_bf16 ? " dtype=bf16" : "");
 
+  // The calibrated profile of this machine when bench_calibrate has written one (cost/hardware.hpp).
+  const carto::CpuProfileChoice hardware =
+      carto::cpu_profile(mesh.num_devices(), std::thread::hardware_concurrency());
   demo::RunInfo info{.model = config,
                      .dropout = dropout,
                      .corpus = &corpus,
-                     .hardware = carto::hardware::cpu(),
+                     .hardware = hardware.profile,
                      .plan_file = flags.text("plan").value_or(""),
                      .tolerance = tolerance,
                      .cores = std::thread::hardware_concurrency()};
@@ -236,7 +243,8 @@ int run(const std::vector<std::string>& args) {
   }
   std::cout << "model: " << model_name.str() << ": " << info.parameters << " parameters\n";
   std::cout << "mesh: " << mesh << ", " << mesh.num_devices() << " CPU thread rank"
-            << (mesh.num_devices() == 1 ? "" : "s") << " on " << info.cores << " cores\n\n";
+            << (mesh.num_devices() == 1 ? "" : "s") << " on " << info.cores << " cores\n"
+            << hardware.note << "\n\n";
 
   carto::Plan plan;
   if (info.plan_file.empty()) {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <carto/runtime/checkpoint.hpp>
 #include <carto/runtime/thread_comm.hpp>
+#include <carto/runtime/trace_table.hpp>
 #include <carto/runtime/trainer.hpp>
 #include <carto/util/units.hpp>
 #include <chrono>
@@ -130,12 +131,16 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
   std::vector<std::vector<double>> rank_losses(static_cast<std::size_t>(ranks));
   std::vector<std::atomic<std::int64_t>> live_peak(static_cast<std::size_t>(ranks));
 
+  trace::Trace traced;
+  const bool tracing = !settings.trace.empty();
   run_threads(ranks, [&](Communicator& world) {
     const auto rank = static_cast<std::size_t>(world.rank());
     cpu::CpuBackend backend;
     MeshComms comms(world, plan.mesh);
     Trainer trainer(micro_graph, plan, backend, comms, hw,
-                    {.seed = settings.seed, .adamw = {.learning_rate = settings.learning_rate}});
+                    {.seed = settings.seed,
+                     .adamw = {.learning_rate = settings.learning_rate},
+                     .trace = tracing ? &traced : nullptr});
     std::int64_t first = 0;  // a resumed run continues at the checkpoint's data position
     if (!settings.resume.empty()) {
       first = load_checkpoint(trainer, settings.resume).data_position;
@@ -153,6 +158,8 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
     double window_s = 0;
     std::int64_t window_steps = 0;
     for (std::int64_t s = first; s < settings.steps; ++s) {
+      if (tracing && s == std::max(first, settings.steps - kTraceSteps))
+        traced.rank(world.rank()).clear();  // keep the last steps only
       const StepStats st =
           trainer.step_with_stats(corpus.batch(settings.batch, seq, settings.seed, s));
       if (!settings.checkpoint.empty() &&
@@ -202,6 +209,13 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
           std::chrono::duration<double>(std::chrono::steady_clock::now() - trained).count();
     }
   });
+  if (tracing) {
+    trace::write_chrome_trace(settings.trace, traced.ranks());
+    log << "\ntrace of the last " << std::min(settings.steps - out.first_step, kTraceSteps)
+        << " steps written to " << settings.trace
+        << " (open it in https://ui.perfetto.dev or chrome://tracing); rank 0 per step:\n";
+    trace::write_op_table(log, trace::op_table(traced.rank(0), micro_graph, plan, hw));
+  }
   for (const auto& losses : rank_losses) {
     for (std::size_t s = 0; s < losses.size() && s < out.losses.size(); ++s)
       out.loss_disagreement = std::max(out.loss_disagreement, std::abs(losses[s] - out.losses[s]));

@@ -38,7 +38,12 @@ struct TrainSettings {
   std::string checkpoint{};
   std::int64_t save_every = 0;
   std::string resume{};
+  // --trace FILE: the last kTraceSteps steps as Chrome trace-event JSON (carto/runtime/trace.hpp),
+  // and rank 0's per-op table of measured against predicted time in the log.
+  std::string trace{};
 };
+
+inline constexpr std::int64_t kTraceSteps = 3;
 
 struct TrainResult {
   std::int64_t first_step = 0;                  // 0, or the step a resumed run began at

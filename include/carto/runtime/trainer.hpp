@@ -24,6 +24,9 @@
 #include "carto/runtime/communicator.hpp"
 #include "carto/runtime/executor.hpp"
 #include "carto/runtime/memory.hpp"
+#include "carto/runtime/trace.hpp"
+#include "carto/runtime/tracing_backend.hpp"
+#include "carto/runtime/tracing_comm.hpp"
 #include "carto/search/plan.hpp"
 #include "carto/search/strategy.hpp"
 
@@ -71,6 +74,10 @@ struct TrainerOptions {
   std::uint64_t seed = 1234;
   AdamWArgs adamw{};
   float init_stddev = rng::kGpt2InitStd;
+  // Records every kernel, reshard and collective of each step into trace->rank(world rank)
+  // (carto/runtime/trace.hpp). Every rank of the mesh or none: the trainer then builds its own
+  // traced communicators, which is collective over the world.
+  trace::Trace* trace = nullptr;
 };
 
 struct StepStats {
@@ -104,6 +111,14 @@ class Trainer {
           index_inputs_.size());
     }
     backend_.use_allocator(&tracking_);
+    if (options.trace != nullptr) {
+      recorder_ = &options.trace->rank(comms.world().world_rank());
+      recorder_->set_op_names(op_names(graph_));
+      traced_backend_ = std::make_unique<TracingBackend>(backend, *recorder_);
+      traced_backend_->use_allocator(&tracking_);
+      traced_world_ = std::make_unique<TracingComm>(comms.world(), *recorder_);
+      traced_comms_ = std::make_unique<MeshComms>(*traced_world_, comms.mesh());
+    }
     ExecutorOptions eo{.precision = plan.precision,
                        .gradient_reduction = plan.gradient_reduction,
                        .zero_stage = plan.zero_stage,
@@ -116,7 +131,8 @@ class Trainer {
         plan_strategies(
             graph_, plan,
             {.precision = plan.precision, .gradient_reduction = plan.gradient_reduction}),
-        backend, comms, hw, std::move(eo));
+        traced_backend_ ? *traced_backend_ : backend, traced_comms_ ? *traced_comms_ : comms, hw,
+        std::move(eo));
   }
   ~Trainer() {
     executor_.reset();
@@ -130,6 +146,8 @@ class Trainer {
   double step(const TokenBatch& batch) { return step_with_stats(batch).loss; }
 
   StepStats step_with_stats(const TokenBatch& batch) {
+    const trace::Active traced(recorder_ != nullptr ? recorder_ : trace::context().recorder);
+    const trace::Span step_span(trace::Kind::step, "step");
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t m = plan_.micro_batches;
     const TensorShape& ids_shape = graph_.tensor(index_inputs_[0]).shape;
@@ -155,8 +173,14 @@ class Trainer {
                            batch.targets.begin() + begin + static_cast<std::ptrdiff_t>(per));
       loss += executor_->forward_backward(inputs, i, m) / static_cast<double>(m);
     }
-    executor_->finish_gradients();
-    executor_->optimizer_step();
+    {
+      const trace::OpScope phase(-1, trace::Phase::gradients);
+      executor_->finish_gradients();
+    }
+    {
+      const trace::OpScope phase(-1, trace::Phase::optimizer);
+      executor_->optimizer_step();
+    }
     ++data_position_;
     StepStats s;
     s.loss = loss;
@@ -184,6 +208,10 @@ class Trainer {
   MemoryTracker tracker_;
   TrackingAllocator tracking_;
   std::vector<TensorId> index_inputs_;
+  trace::Recorder* recorder_ = nullptr;  // with TrainerOptions::trace: this rank's
+  std::unique_ptr<TracingBackend> traced_backend_;
+  std::unique_ptr<TracingComm> traced_world_;
+  std::unique_ptr<MeshComms> traced_comms_;
   std::unique_ptr<Executor> executor_;
   std::int64_t data_position_ = 0;
 };

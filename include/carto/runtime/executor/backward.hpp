@@ -24,6 +24,7 @@
 namespace carto {
 
 inline void Executor::backward() {
+  const trace::OpScope trace_phase(-1, trace::Phase::backward);
   // Seed: d(step loss)/d(result) = 1/m (a scalar loss), or G/m (a non-scalar result).
   const TensorId r = g_.result();
   const ShardingSpec seed_spec = without_partial(stored_[r.index()]);
@@ -99,6 +100,7 @@ inline void Executor::route_gradient(std::size_t k, std::size_t i, std::shared_p
 }
 
 inline void Executor::run_backward(std::size_t k) {
+  const trace::OpScope trace_op(static_cast<std::int64_t>(k), trace::Phase::backward);
   const Op& op = g_.ops()[k];
   const Strategy& s = st_[k];
   const TensorId out = op.output;

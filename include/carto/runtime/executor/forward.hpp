@@ -25,10 +25,12 @@
 #include "carto/runtime/executor/einsum.hpp"
 #include "carto/runtime/executor/inputs.hpp"
 #include "carto/runtime/executor/storage.hpp"
+#include "carto/runtime/trace.hpp"
 
 namespace carto {
 
 inline void Executor::forward() {
+  const trace::OpScope trace_phase(-1, trace::Phase::forward);
   for (std::size_t t = 0; t < remaining_.size(); ++t) remaining_[t] = consumers_[t];
   ckpt_inputs_.assign(g_.groups().size(), {});
   for (std::size_t k = 0; k < g_.num_ops(); ++k) {
@@ -68,6 +70,7 @@ inline void Executor::release_after_use(TensorId t) {
 }
 
 inline void Executor::run_forward(std::size_t k, bool keep) {
+  const trace::OpScope trace_op(static_cast<std::int64_t>(k), trace::Phase::forward);
   const Op& op = g_.ops()[k];
   const Strategy& s = st_[k];
   Saved& sv = saved_[k];

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "carto/runtime/executor/executor_class.hpp"
+#include "carto/runtime/trace.hpp"
 
 namespace carto {
 
@@ -94,6 +95,7 @@ inline void Executor::layout() {
 inline Buffer Executor::move(const TensorShape& global, ConstTensorView local,
                              const ShardingSpec& from, const ShardingSpec& to,
                              MemoryCategory category) {
+  const trace::Span trace_span(trace::Kind::reshard, "reshard", local.bytes());
   be_.synchronize();
   return reshard_tensor(be_, comms_, cache_, hw_, global, local, from, to, category);
 }

@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <carto/error.hpp>
+#include <carto/util/files.hpp>
 #include <cctype>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
+#include <string>
 #include <system_error>
 
 namespace demo {
@@ -21,18 +19,11 @@ constexpr const char* kWhatWouldBeRight =
     "; pass --data with a readable text file or a directory of text files";
 
 std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    carto::detail::fail("carto-demo: cannot read --data file '", path.string(),
-                        "': ", std::strerror(errno), kWhatWouldBeRight);
+  try {
+    return carto::read_file_bounded(path.string(), carto::kMaxDataFileBytes, "--data file");
+  } catch (const carto::Error& e) {
+    carto::detail::fail("carto-demo: ", std::string(e.what()).substr(7), kWhatWouldBeRight);
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    carto::detail::fail("carto-demo: reading --data file '", path.string(), "' failed",
-                        kWhatWouldBeRight);
-  }
-  return text.str();
 }
 
 }  // namespace
@@ -82,7 +73,18 @@ Corpus Corpus::load(const std::string& path) {
   std::string text;
   for (const fs::path& p : paths) {
     text += read_file(p);
+    if (text.size() > static_cast<std::size_t>(carto::kMaxDataFileBytes)) {
+      carto::detail::fail("carto-demo: the --data files hold more than ",
+                          carto::format_bytes(carto::kMaxDataFileBytes),
+                          " together; pass fewer or smaller text files");
+    }
     c.files_.push_back(p.string());
+  }
+  if (text.empty()) {
+    carto::detail::fail("carto-demo: the --data text is empty (",
+                        paths.size() == 1 ? "the file '" + paths.front().string() + "' is empty"
+                                          : "every file is empty",
+                        ")", kWhatWouldBeRight);
   }
   std::array<bool, 256> used{};
   for (const char ch : text) used[static_cast<unsigned char>(ch)] = true;

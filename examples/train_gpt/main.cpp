@@ -11,6 +11,8 @@
 #include <carto/layers/gpt.hpp>
 #include <carto/runtime/checkpoint.hpp>
 #include <carto/spec/text.hpp>
+#include <carto/util/checked.hpp>
+#include <carto/util/numbers.hpp>
 #include <carto/util/units.hpp>
 #include <charconv>
 #include <chrono>
@@ -83,14 +85,32 @@ double number(const carto::cli::Flags& flags, const std::string& name, double fa
               bool allow_zero) {
   const auto text = flags.text(name);
   if (!text) return fallback;
-  std::istringstream in(*text);
-  double v = 0;
-  in >> v;
-  if (text->empty() || in.fail() || !in.eof() || !(allow_zero ? v >= 0 : v > 0)) {
+  const std::optional<double> v = carto::parse_real(*text);
+  if (!v || !(allow_zero ? *v >= 0 : *v > 0)) {
     throw UsageError(std::string(kCommand) + ": --" + name + " needs a number " +
                      (allow_zero ? ">= 0" : "> 0") + ", got '" + *text + "'");
   }
-  return v;
+  return *v;
+}
+
+// A whole number in [0, limit], from the whole text.
+std::int64_t count(const carto::cli::Flags& flags, const std::string& name, std::int64_t fallback,
+                   std::int64_t limit) {
+  const auto text = flags.text(name);
+  if (!text) return fallback;
+  const std::optional<std::int64_t> v = carto::parse_int64(*text);
+  if (!v || *v < 0 || *v > limit) {
+    throw UsageError(std::string(kCommand) + ": --" + name + " needs a whole number in [0, " +
+                     std::to_string(limit) + "], got '" + *text + "'");
+  }
+  return *v;
+}
+
+// A path flag given with an empty value is a mistake, not "use the default".
+void require_nonempty(const carto::cli::Flags& flags, const std::string& name) {
+  if (const auto text = flags.text(name); text && text->empty()) {
+    throw UsageError(std::string(kCommand) + ": --" + name + " needs a path; got ''");
+  }
 }
 
 std::uint64_t seed_flag(const carto::cli::Flags& flags) {
@@ -160,6 +180,18 @@ int run(const std::vector<std::string>& args) {
   const auto wall_start = std::chrono::steady_clock::now();
   const carto::DeviceMesh mesh = parsed("mesh", flags.text("mesh").value_or("2x2"),
                                         [](const std::string& t) { return carto::parse_mesh(t); });
+  // One thread per rank: a mesh of thousands would exhaust the machine, never finish.
+  if (mesh.num_devices() > carto::kMaxThreadRanks) {
+    throw UsageError(std::string(kCommand) + ": --mesh " + carto::to_string(mesh) + " has " +
+                     std::to_string(mesh.num_devices()) + " ranks; the demo runs one thread per " +
+                     "rank and takes at most " + std::to_string(carto::kMaxThreadRanks));
+  }
+  for (const char* flag : {"data", "plan", "save-plan", "json", "trace"})
+    require_nonempty(flags, flag);
+  // Output files are checked before training, which takes a while.
+  if (const auto file = flags.text("save-plan")) demo::check_output(*file, "--save-plan");
+  if (const auto file = flags.text("json")) demo::check_output(*file, "--json");
+  if (const auto file = flags.text("trace")) demo::check_output(*file, "--trace");
   std::optional<std::int64_t> budget;
   if (const auto b = flags.text("budget"))
     budget = parsed("budget", *b, [](const std::string& t) { return carto::parse_bytes(t); });
@@ -168,8 +200,7 @@ int run(const std::vector<std::string>& args) {
       .steps = flags.positive("steps").value_or(200),
       .learning_rate = static_cast<float>(number(flags, "lr", 3e-3, false)),
       .seed = seed_flag(flags),
-      .sample_chars =
-          flags.has("sample") ? static_cast<std::int64_t>(number(flags, "sample", 0, true)) : 200,
+      .sample_chars = count(flags, "sample", 200, 1'000'000),
       .temperature = number(flags, "temperature", 0.8, true)};
   settings.log_every =
       flags.positive("log-every").value_or(std::max<std::int64_t>(1, settings.steps / 10));
@@ -191,16 +222,22 @@ int run(const std::vector<std::string>& args) {
   }
   const double dropout = flags.probability("dropout").value_or(0.0);
   const double tolerance = number(flags, "tolerance", 0.05, true);
+  if (tolerance >= 1) {
+    throw UsageError(std::string(kCommand) + ": --tolerance needs a number in [0, 1), got '" +
+                     *flags.text("tolerance") + "'");
+  }
   const std::vector<std::int64_t> micro_batches = micro_batch_flag(flags);
   const carto::Precision precision = precision_flag(flags);
 
   const demo::Corpus corpus = demo::Corpus::load(flags.text("data").value_or(""));
-  const carto::GptConfig config{.name = "char-gpt",
-                                .layers = flags.positive("layers").value_or(2),
-                                .hidden = flags.positive("hidden").value_or(64),
-                                .heads = flags.positive("heads").value_or(4),
-                                .vocab = corpus.vocab_size(),
-                                .seq = flags.positive("seq").value_or(64)};
+  const carto::GptConfig config{
+      .name = "char-gpt",
+      .layers = flags.positive_at_most("layers", carto::kMaxLayers, "one graph holds every layer")
+                    .value_or(2),
+      .hidden = flags.positive("hidden").value_or(64),
+      .heads = flags.positive("heads").value_or(4),
+      .vocab = corpus.vocab_size(),
+      .seq = flags.positive("seq").value_or(64)};
   if (auto problem = carto::check_config(config)) {
     throw UsageError(std::string(kCommand) + ": " + *problem +
                      " (--layers, --hidden, --heads, --seq)");

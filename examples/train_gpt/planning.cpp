@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <carto/search.hpp>
+#include <carto/util/files.hpp>
 #include <carto/util/units.hpp>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <fstream>
-#include <sstream>
+#include <string>
 
 namespace demo {
 
@@ -86,16 +84,16 @@ PlanChoice search_plan(const MakeGraph& make_graph, const PlanRequest& request,
 carto::Plan load_plan(const std::string& file, const std::string& model,
                       const MakeGraph& make_graph, const carto::DeviceMesh& mesh,
                       std::int64_t batch) {
-  std::ifstream in(file);
-  if (!in) {
-    fail("carto-demo: cannot read --plan file '", file, "': ", std::strerror(errno),
+  std::string text;
+  try {
+    text = carto::read_file_bounded(file, carto::kMaxPlanFileBytes, "--plan file");
+  } catch (const carto::Error& e) {
+    fail("carto-demo: ", std::string(e.what()).substr(7),
          "; pass a plan written by --save-plan, or drop --plan to search one");
   }
-  std::ostringstream text;
-  text << in.rdbuf();
   carto::Json j;
   try {
-    j = carto::Json::parse(text.str());
+    j = carto::Json::parse(text);
   } catch (const carto::Error& e) {
     fail("carto-demo: --plan file '", file, "' is not a plan: ", e.what());
   }
@@ -111,7 +109,11 @@ carto::Plan load_plan(const std::string& file, const std::string& model,
       v != nullptr && v->is_int()) {
     m = v->as_int();
   }
-  if (m < 1 || batch % m != 0) {
+  if (m < 1) {
+    fail("carto-demo: --plan file '", file, "': field 'micro_batches' is ", m,
+         "; it must be at least 1");
+  }
+  if (batch % m != 0) {
     fail("carto-demo: the --plan file '", file, "' runs ", m,
          " micro-batches, which do not divide --batch ", batch,
          "; pass a --batch that is a multiple of ", m);
@@ -132,13 +134,19 @@ carto::Plan load_plan(const std::string& file, const std::string& model,
   return plan;
 }
 
+void check_output(const std::string& file, const std::string& flag) {
+  try {
+    carto::check_output_path(file, flag + " file");
+  } catch (const carto::Error& e) {
+    fail("carto-demo: ", std::string(e.what()).substr(7), "; pass a path in a writable directory");
+  }
+}
+
 void write_json(const carto::Json& json, const std::string& file, const std::string& flag) {
-  std::ofstream out(file);
-  out << json.dump(2) << '\n';
-  out.close();
-  if (!out) {
-    fail("carto-demo: cannot write the ", flag, " file '", file, "': ", std::strerror(errno),
-         "; pass a path in a writable directory");
+  try {
+    carto::atomic_write(file, json.dump(2) + "\n", flag + " file");
+  } catch (const carto::Error& e) {
+    fail("carto-demo: ", std::string(e.what()).substr(7), "; pass a path in a writable directory");
   }
 }
 

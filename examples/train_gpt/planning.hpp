@@ -56,7 +56,12 @@ carto::Plan load_plan(const std::string& file, const std::string& model,
 // How to write `mesh` as a --mesh value: "2x2" for axes named x, y, z; else "dp=2,tp=2".
 std::string mesh_flag(const carto::DeviceMesh& mesh);
 
-// Writes `json` to `file`; `flag` names the flag that asked for it in the error message.
+// Checks before training that `file` can be written (its folder exists and is writable, it is not
+// a directory); `flag` names the flag that asked for it in the error message.
+void check_output(const std::string& file, const std::string& flag);
+
+// Writes `json` to `file` atomically (a failed write keeps the old file); `flag` names the flag
+// that asked for it in the error message.
 void write_json(const carto::Json& json, const std::string& file, const std::string& flag);
 
 }  // namespace demo

@@ -262,7 +262,8 @@ int run(const std::vector<std::string>& args) {
              << " batch=" << settings.batch << " dropout=" << dropout
              << (precision == carto::Precision::mixed_bf16 ? " dtype=bf16" : "");
 
-  // The calibrated profile of this machine when bench_calibrate has written one (cost/hardware.hpp).
+  // The calibrated profile of this machine when bench_calibrate has written one
+  // (cost/hardware.hpp).
   const carto::CpuProfileChoice hardware =
       carto::cpu_profile(mesh.num_devices(), std::thread::hardware_concurrency());
   demo::RunInfo info{.model = config,

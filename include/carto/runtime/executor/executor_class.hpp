@@ -157,7 +157,8 @@ class Executor {
   // Reduces the accumulated parameter gradients to their stored specs (once per step).
   inline void finish_gradients();
 
-  // One AdamW step on the local shards (after finish_gradients), then zeroes the gradients.
+  // One AdamW step on the local shards (after finish_gradients); the next step's first
+  // contributions assign the gradients, so nothing is zeroed.
   inline void optimizer_step();
 
   // The whole (global) value of a parameter on the host, row-major: under mixed_bf16 the fp32

@@ -72,7 +72,9 @@ std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
-void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+[[maybe_unused]] void write(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
 
 }  // namespace
 

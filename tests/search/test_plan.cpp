@@ -196,7 +196,7 @@ TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier poin
     auto blocks = mlp_blocks;
     require_same_frontier(search(blocks, "blocks", batch, 8, hw, options), reference);
     // Under budgets across the frontier: the fastest plan that fits, reported under the lowest
-    // stage it fits at.
+    // stage at which it fits and is as fast.
     for (std::size_t i = 0; i < reference.size();
          i += std::max<std::size_t>(1, reference.size() / 5)) {
       options.memory_budget = reference[i].peak_bytes;
@@ -211,8 +211,9 @@ TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier poin
       for (int z = 0; z < p.zero_stage; ++z) {
         const PointCost lower = evaluate_point(
             g, p.mesh, hw, {.zero_stage = z, .micro_batches = p.micro_batches}, p.strategy, ckpt);
-        REQUIRE(lower.time_s == Approx(p.step_time_s).epsilon(1e-9));
-        REQUIRE(lower.peak_bytes > options.memory_budget);
+        REQUIRE(lower.time_s >= p.step_time_s * (1 - 1e-9));
+        REQUIRE((lower.peak_bytes > options.memory_budget ||
+                 lower.time_s > p.step_time_s * (1 + 1e-9)));
       }
     }
   }

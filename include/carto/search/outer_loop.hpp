@@ -372,7 +372,8 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     }
   }
   const Graph g = make_graph(global_batch / best.micro);
-  // The best plan under the lowest listed ZeRO stage of 0-2 that it fits at: the same time.
+  // The best plan under the lowest listed ZeRO stage of 0-2 that it fits at and that is as fast
+  // (a lower stage runs AdamW on more elements, so it may be slower).
   if (best.dp.zero_stage <= 2) {
     std::vector<int> lower = options.zero_stages;
     std::sort(lower.begin(), lower.end());
@@ -380,8 +381,9 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       if (z < 0 || z >= best.dp.zero_stage) continue;
       DpOptions dp = best.dp;
       dp.zero_stage = z;
-      if (evaluate_point(g, best.mesh, hw, dp, best.point.strategy, best.point.checkpointed)
-              .peak_bytes <= options.memory_budget) {
+      const PointCost at =
+          evaluate_point(g, best.mesh, hw, dp, best.point.strategy, best.point.checkpointed);
+      if (at.peak_bytes <= options.memory_budget && at.time_s <= best.point.time_s * (1 + 1e-9)) {
         best.dp = dp;
         break;
       }

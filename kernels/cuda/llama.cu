@@ -39,8 +39,8 @@ void CudaBackend::rmsnorm_backward_partial_sums(ConstTensorView, ConstTensorView
   not_on_cuda("rmsnorm_backward_partial_sums");
 }
 void CudaBackend::rmsnorm_backward_apply(ConstTensorView, ConstTensorView, ConstTensorView,
-                                         ConstTensorView, ConstTensorView, std::int64_t,
-                                         TensorView, TensorView, const NormGradModes&) {
+                                         ConstTensorView, ConstTensorView, std::int64_t, TensorView,
+                                         TensorView, const NormGradModes&) {
   not_on_cuda("rmsnorm_backward_apply");
 }
 void CudaBackend::silu_mul_forward(ConstTensorView, ConstTensorView, TensorView) {

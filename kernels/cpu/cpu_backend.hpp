@@ -8,7 +8,7 @@
 // CpuOptions::threads when set, else the environment variable CARTO_CPU_THREADS when set (a whole
 // number from 1 to 1024; anything else is a carto::Error naming it), else the cores this process
 // may run on (its CPU affinity mask) divided by the CpuBackends alive in the process (the ranks on
-// threads), at least 1. The loop kernels split their elements or rows over an OpenMP team of that
+// threads), at least 1. The loop kernels split their elements or rows over a team of that
 // many threads (parallel.hpp) when every view is fp32 and the call is large enough; bf16 calls
 // stage through one scratch buffer and stay on the calling thread. GEMMs are OpenBLAS's
 // cblas_sgemm. Debian's OpenBLAS 0.3.21 (libopenblas0-pthread) has one thread count for the whole

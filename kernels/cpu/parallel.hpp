@@ -1,13 +1,20 @@
 // cpu/parallel.hpp — a rank's loop kernels split over its threads (internal).
 //
 // Design note: a CpuBackend runs its kernels on threads() threads (cpu_backend.hpp says how many).
-// parallel_ranges splits [0, n) into at most that many contiguous ranges and runs them as one
-// OpenMP team (`num_threads`, the calling thread taking one range): each rank thread that calls
-// it gets a team of its own, so thread ranks in one process never share or resize each other's
-// teams. Every element is computed by the same code in the same order whatever the split, so the
-// results are the same bits on 1 thread and on many; kernels whose outputs sum over the split
-// dimension (dgamma over rows) are not split. Ranges shorter than `grain` elements are not worth a
-// thread: small calls run on the calling thread alone.
+// parallel_ranges splits [0, n) into at most that many contiguous ranges and runs them on the
+// calling thread's own team of workers (WorkerTeam, pool.cpp), the calling thread taking the first
+// range: each rank thread that calls it has a team of its own, so thread ranks in one process never
+// share or resize each other's teams. Every element is computed by the same code in the same order
+// whatever the split, so the results are the same bits on 1 thread and on many; kernels whose
+// outputs sum over the split dimension (dgamma over rows) are not split. Ranges shorter than
+// `grain` elements are not worth a thread: small calls run on the calling thread alone.
+//
+// Why not an OpenMP team: libgomp's idle threads spin on their core for a while after each
+// parallel region (OMP_WAIT_POLICY is read once, when the library loads), and OpenBLAS's pthreads
+// want that core for the GEMM that follows. On GPT-2 124M with both cores that spinning cost a
+// third of the step (bench_train: 2.54 s/step with a libgomp team against 1.69 s with
+// OMP_WAIT_POLICY=passive). A team's workers here sleep in the kernel (a futex through
+// std::atomic::wait) as soon as a brief spin finds no work.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +25,17 @@ namespace carto::cpu::detail {
 // Elements per thread below which a loop kernel stays on one thread (64 KiB of fp32).
 inline constexpr std::int64_t kParallelGrain = 16384;
 
+// The calling thread's workers: run(parts, body) calls body(p) once for each p in [0, parts),
+// p = 0 on the calling thread and the others on workers, and returns when all have returned. An
+// exception from any part is rethrown on the calling thread (the first one; the other parts still
+// finish). Workers are started on first use, kept for the thread's lifetime and joined when it
+// ends. Not reentrant: a body must not call run on the same thread.
+class WorkerTeam {
+ public:
+  using Body = void (*)(const void* context, int part);
+  static void run(int parts, Body body, const void* context);
+};
+
 // f(begin, end) over [0, n), on up to `threads` threads, each range at least `grain` long.
 template <class F>
 void parallel_ranges(int threads, std::int64_t n, std::int64_t grain, F&& f) {
@@ -27,8 +45,18 @@ void parallel_ranges(int threads, std::int64_t n, std::int64_t grain, F&& f) {
     if (n > 0) f(std::int64_t{0}, n);
     return;
   }
-#pragma omp parallel for num_threads(static_cast <int>(parts)) schedule(static, 1)
-  for (std::int64_t p = 0; p < parts; ++p) f(n * p / parts, n * (p + 1) / parts);
+  struct Context {
+    F* f;
+    std::int64_t n, parts;
+  } const context{&f, n, parts};
+  WorkerTeam::run(
+      static_cast<int>(parts),
+      [](const void* raw, int part) {
+        const auto& c = *static_cast<const Context*>(raw);
+        const std::int64_t p = part;
+        (*c.f)(c.n * p / c.parts, c.n * (p + 1) / c.parts);
+      },
+      &context);
 }
 
 }  // namespace carto::cpu::detail

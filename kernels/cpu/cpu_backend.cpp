@@ -8,7 +8,6 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
-#include <new>
 #include <type_traits>
 
 #include "elements.hpp"
@@ -25,23 +24,6 @@ using detail::Staging;
 
 // ---- memory and queue
 // ----------------------------------------------------------------------------
-
-namespace {
-constexpr std::align_val_t kAlignment{64};
-}
-
-void* HostAllocator::allocate(std::size_t bytes, MemoryCategory /*category*/) {
-  if (bytes == 0) return nullptr;
-  void* p = ::operator new(bytes, kAlignment, std::nothrow);
-  if (p == nullptr)
-    carto::detail::fail("carto::cpu: out of host memory allocating ", bytes, " bytes");
-  return p;
-}
-
-void HostAllocator::deallocate(void* pointer, std::size_t /*bytes*/,
-                               MemoryCategory /*category*/) noexcept {
-  ::operator delete(pointer, kAlignment);
-}
 
 namespace detail {
 

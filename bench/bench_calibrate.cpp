@@ -7,10 +7,15 @@
 //  - copy bandwidth (a 256 MiB memcpy split over the threads), and the loop kernels the runtime
 //    runs on every step (CpuBackend add_scaled and scale over 16 Mi elements), whose rate
 //    is the profile's memory_bandwidth: the roofline prices memory-bound kernels by it;
-//  - the thread communicator (ThreadComm, 2 ranks): all-reduce latency and bus bandwidth.
+//  - the thread communicator (ThreadComm, 2 ranks): all-reduce latency and bus bandwidth;
+//  - the fixed cost of one op pass, from training steps of a GPT too small to do any work
+//    (measure_op_overhead).
 // Then it writes the `cpu` profile where cpu_profile() finds it (cost/hardware.hpp):
 //
 //   bench_calibrate [--profile_out=PATH] [benchmark flags]
+//   bench_calibrate --op_overhead_only [--profile_out=PATH]   re-measures only op_overhead into the
+//                                                             profile at PATH (seconds, not
+//                                                             minutes)
 // PATH defaults to cpu_profile_path(): $CARTO_CPU_PROFILE, else $XDG_CONFIG_HOME/carto/, else
 // ~/.config/carto/cpu-profile.json. The file is written atomically (a temporary file in the same
 // folder, fsync, rename) and only when every figure was measured (no --benchmark_filter).
@@ -28,7 +33,10 @@
 #include <algorithm>
 #include <array>
 #include <carto/cost.hpp>
+#include <carto/layers/gpt.hpp>
 #include <carto/runtime/thread_comm.hpp>
+#include <carto/runtime/trainer.hpp>
+#include <carto/search.hpp>
 #include <carto/util/files.hpp>
 #include <chrono>
 #include <cpu/cpu_backend.hpp>
@@ -198,6 +206,55 @@ BENCHMARK(BM_ThreadAllReduce)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The fixed cost of one op pass (HardwareProfile::op_overhead): a GPT whose kernels do next to no
+// work (2 layers, hidden 8, 2 heads, vocabulary 16, sequence 8, batch 1, fp32) trains on one rank
+// of one thread; the step's median wall time less the step `hw` predicts with no overhead, over
+// the op passes the plan prices (the prediction's growth per second of overhead, which prices the
+// same plan twice). At least 0.
+double measure_op_overhead(const HardwareProfile& hw) {
+  const GptConfig config{
+      .name = "overhead-probe", .layers = 2, .hidden = 8, .heads = 2, .vocab = 16, .seq = 8};
+  auto make_graph = [&](std::int64_t b) {
+    return build_gpt(config, {.batch = b, .precision = Precision::fp32, .dropout = 0.0});
+  };
+  const SearchOptions options{.precision = Precision::fp32,
+                              .dropout_masks = DropoutMasks::regenerated,
+                              .meshes = {parse_mesh("x=1")}};
+  auto predicted = [&](double overhead) {
+    HardwareProfile h = hw;
+    h.op_overhead = overhead;
+    return search(make_graph, config.name, 1, 1, h, options).step_time_s;
+  };
+  const Plan plan = search(make_graph, config.name, 1, 1, hw, options);
+  const Graph g = make_graph(1);
+  constexpr int kWarmup = 5, kSteps = 41;
+  std::vector<double> seconds;
+  run_threads(1, [&](Communicator& world) {
+    cpu::CpuBackend backend(cpu::CpuOptions{.threads = 1});
+    MeshComms comms(world, plan.mesh);
+    Trainer trainer(g, plan, backend, comms, hw);
+    TokenBatch batch{.batch = 1, .seq = config.seq};
+    for (std::int32_t i = 0; i < config.seq; ++i) {
+      batch.ids.push_back(i % 16);
+      batch.targets.push_back((i * 7 + 3) % 16);
+    }
+    for (int s = 0; s < kWarmup + kSteps; ++s) {
+      const double t = trainer.step_with_stats(batch).seconds;
+      if (s >= kWarmup) seconds.push_back(t);
+    }
+  });
+  std::sort(seconds.begin(), seconds.end());
+  const double measured = seconds[seconds.size() / 2];
+  const double base = predicted(0.0);
+  constexpr double kProbe = 1e-3;
+  const double passes = (predicted(kProbe) - base) / kProbe;
+  std::printf(
+      "op overhead probe: %.0f op passes, step %.3g s measured, %.3g s predicted without "
+      "overhead\n",
+      passes, measured, base);
+  return passes > 0 ? std::max(0.0, (measured - base) / passes) : 0.0;
+}
+
 // Keeps the best rate of each figure as the benchmarks report it.
 class Recorder : public benchmark::ConsoleReporter {
  public:
@@ -260,14 +317,28 @@ Figures figures_at(int threads) {
 
 int main(int argc, char** argv) {
   std::string out_path = cpu_profile_path();
+  bool op_overhead_only = false;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--profile_out=", 0) == 0) {
       out_path = a.substr(std::strlen("--profile_out="));
+    } else if (a == "--op_overhead_only") {
+      op_overhead_only = true;
     } else {
       args.push_back(argv[i]);
     }
+  }
+  if (op_overhead_only) {  // re-measure op_overhead into the profile there, keeping the rest
+    const std::string text = read_file_bounded(out_path, kMaxHardwareFileBytes, "hardware profile");
+    Json j = Json::parse(text);
+    HardwareProfile hw = hardware_profile_from_json(j, out_path);
+    hw.op_overhead = measure_op_overhead(hw);
+    check_hardware_profile(hw, out_path);
+    j["op_overhead"] = hw.op_overhead;
+    atomic_write(out_path, j.dump(2) + "\n", "hardware profile");
+    std::printf("op overhead %.3g s per op pass; wrote %s\n", hw.op_overhead, out_path.c_str());
+    return 0;
   }
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
@@ -303,6 +374,7 @@ int main(int argc, char** argv) {
   const double alpha = g_allreduce_small_s / 2;
   hw.links[0].latency = alpha;
   hw.links[0].bandwidth = static_cast<double>(kLargeMessage) / (g_allreduce_large_s - 2 * alpha);
+  hw.op_overhead = measure_op_overhead(hw);
   check_hardware_profile(hw, "the calibrated cpu profile");
 
   Json j = to_json(hw);
@@ -351,6 +423,8 @@ int main(int argc, char** argv) {
               fmt(builtin.links[0].bandwidth, "B/s").c_str());
   std::printf("%-40s %16s %16s\n", "thread link latency per step",
               fmt(hw.links[0].latency, "s").c_str(), fmt(builtin.links[0].latency, "s").c_str());
+  std::printf("%-40s %16s %16s\n", "op overhead (per op pass)", fmt(hw.op_overhead, "s").c_str(),
+              fmt(builtin.op_overhead, "s").c_str());
   std::printf("%-40s %16s %16s\n", "memory capacity",
               fmt(static_cast<double>(hw.memory_capacity), "B").c_str(),
               fmt(static_cast<double>(builtin.memory_capacity), "B").c_str());

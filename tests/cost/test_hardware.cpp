@@ -209,6 +209,12 @@ TEST_CASE("hardware profiles round-trip through JSON files", "[cost][hardware]")
     CHECK(load_hardware_profile(path) == hw);
     std::remove(path.c_str());
   }
+  // The optional fixed cost per op pass, written only when set.
+  HardwareProfile hw = hardware::cpu();
+  CHECK(to_json(hw).find("op_overhead") == nullptr);
+  hw.op_overhead = 2.5e-6;
+  CHECK(to_json(hw).find("op_overhead") != nullptr);
+  CHECK(hardware_profile_from_json(Json::parse(to_json(hw).dump()), "memory") == hw);
 }
 
 TEST_CASE("a malformed profile file names the field and the file", "[cost][hardware]") {
@@ -233,6 +239,11 @@ TEST_CASE("a malformed profile file names the field and the file", "[cost][hardw
     j["links"].as_array()[0]["bandwidth"] = "fast";
     CHECK_THAT(load_text(j.dump()),
                Catch::Contains("'links[0].bandwidth'") && Catch::Contains("number"));
+  }
+  {
+    Json j = good;
+    j["op_overhead"] = -1e-6;
+    CHECK_THAT(load_text(j.dump()), Catch::Contains("'op_overhead'") && Catch::Contains("[0, 1)"));
   }
   {
     Json j = good;

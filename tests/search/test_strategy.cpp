@@ -332,6 +332,13 @@ TEST_CASE("strategy_time: roofline and α-β collectives written out", "[search]
   const double S = 12288.0 * 3072 * 2;
   REQUIRE(t.comm_backward_s == Approx(2 * 3.4e-6 + 1.0 * S / 370e9).epsilon(1e-12));
   REQUIRE(s.comm_bytes() == static_cast<std::int64_t>(S));
+  // A profile's fixed cost per op pass adds once to the forward and once to the backward.
+  HardwareProfile slow = hw;
+  slow.op_overhead = 5e-6;
+  const StrategyTime o = strategy_time(s, mesh, slow);
+  REQUIRE(o.compute_forward_s == Approx(t.compute_forward_s + 5e-6).epsilon(1e-12));
+  REQUIRE(o.compute_backward_s == Approx(t.compute_backward_s + 5e-6).epsilon(1e-12));
+  REQUIRE(o.comm_backward_s == t.comm_backward_s);
 }
 
 TEST_CASE("evaluate_assignment on one device equals the unsharded profile, group by group",

@@ -416,17 +416,22 @@ inline double collectives_time(const CollectiveList& calls, const DeviceMesh& me
 }
 
 // Roofline compute (cost/hardware.hpp) plus α-β collectives (cost/collectives.hpp), in seconds,
-// forward and backward apart; no overlap of compute and communication is assumed.
+// forward and backward apart; no overlap of compute and communication is assumed. A pass that does
+// any work (FLOPs or bytes) also costs the profile's fixed op_overhead.
 inline StrategyTime strategy_time(const Strategy& s, const DeviceMesh& mesh,
                                   const HardwareProfile& hw) {
   const DType dt = s.dtype;
   StrategyTime t;
-  t.compute_forward_s = compute_time({.flops = s.cost.flops_forward,
-                                      .bytes = s.cost.bytes_read + s.cost.bytes_written,
-                                      .dtype = dt},
-                                     hw);
-  t.compute_backward_s =
-      compute_time({.flops = s.cost.flops_backward(), .bytes = s.bytes_backward, .dtype = dt}, hw);
+  const ComputeWork forward{.flops = s.cost.flops_forward,
+                            .bytes = s.cost.bytes_read + s.cost.bytes_written,
+                            .dtype = dt};
+  const ComputeWork backward{
+      .flops = s.cost.flops_backward(), .bytes = s.bytes_backward, .dtype = dt};
+  auto overhead = [&](const ComputeWork& w) {
+    return w.flops > 0 || w.bytes > 0 ? hw.op_overhead : 0.0;
+  };
+  t.compute_forward_s = compute_time(forward, hw) + overhead(forward);
+  t.compute_backward_s = compute_time(backward, hw) + overhead(backward);
   t.comm_forward_s = collectives_time(s.forward, mesh, hw);
   t.comm_backward_s =
       collectives_time(s.backward, mesh, hw) + collectives_time(s.gradient_sync, mesh, hw);

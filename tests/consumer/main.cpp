@@ -14,6 +14,6 @@ int main() {
     std::cout << "carto consumer: local shapes differ\n";
     return 1;
   }
-  std::cout << "carto consumer: ok\n";
+  std::cout << "carto consumer: the spec program agrees\n";
   return 0;
 }

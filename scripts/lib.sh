@@ -111,7 +111,7 @@ carto_fuzz_build() {
 carto_fuzz_run() {
   local seconds="$1" root name work failed=()
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-  for name in spec mesh shape units plan; do
+  for name in spec mesh shape units plan checkpoint; do
     work="$CARTO_FUZZ_DIR/run/$name"
     rm -rf "$work" && mkdir -p "$work/corpus"
     echo "carto: fuzz_$name for $seconds s from fuzz/corpus/$name/"

@@ -87,6 +87,11 @@ TEST_CASE("sizes that overflow int64 are errors naming the count", "[tools][host
     refused(kPlan + " profile --model gpt2-124m " + flag + " 9223372036854775807", {"overflows"});
   }
   refused(kPlan + " profile --model gpt2-124m --hidden 1099511627776 --heads 1", {"overflows"});
+  // A hidden size whose block widths wrap: the cause is named, not a negative extent.
+  refused(kPlan + " profile --layers 1 --vocab 64 --seq 16 --heads 1 --hidden 4611686018427387904",
+          {"3 * hidden (the fused QKV) exceeds 2^63-1"});
+  refused(kPlan + " profile --layers 1 --vocab 64 --seq 16 --heads 2 --hidden 2305843009213693952",
+          {"ffn_ratio * hidden (the MLP) exceeds 2^63-1"});
   refused(kPlan +
               " reshard --shape 4294967296,4294967296,4294967296 --from R,R,R --to \"S(x),R,R\" "
               "--mesh x=2",

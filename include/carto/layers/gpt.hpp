@@ -144,6 +144,17 @@ constexpr std::optional<std::string> check_config(const GptConfig& c) {
     return "model '" + std::string(c.name) + "': heads (" + decimal(c.heads) +
            ") must divide hidden (" + decimal(c.hidden) + "); hidden / heads is the head size";
   }
+  // The widest dims a block makes from hidden: the fused QKV (3 hidden) and the MLP (ffn_ratio
+  // hidden) must be representable, or they would wrap negative far from the cause.
+  constexpr std::int64_t kMax = 0x7fffffffffffffff;
+  const std::pair<std::string_view, std::int64_t> widths[] = {
+      {"3 * hidden (the fused QKV)", 3}, {"ffn_ratio * hidden (the MLP)", c.ffn_ratio}};
+  for (const auto& [what, factor] : widths) {
+    if (c.hidden > kMax / factor) {
+      return "model '" + std::string(c.name) + "': hidden is " + decimal(c.hidden) + "; " +
+             std::string(what) + " exceeds 2^63-1; use a smaller hidden size";
+    }
+  }
   return std::nullopt;
 }
 

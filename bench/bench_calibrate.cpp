@@ -330,14 +330,25 @@ int main(int argc, char** argv) {
     }
   }
   if (op_overhead_only) {  // re-measure op_overhead into the profile there, keeping the rest
-    const std::string text = read_file_bounded(out_path, kMaxHardwareFileBytes, "hardware profile");
-    Json j = Json::parse(text);
-    HardwareProfile hw = hardware_profile_from_json(j, out_path);
-    hw.op_overhead = measure_op_overhead(hw);
-    check_hardware_profile(hw, out_path);
-    j["op_overhead"] = hw.op_overhead;
-    atomic_write(out_path, j.dump(2) + "\n", "hardware profile");
-    std::printf("op overhead %.3g s per op pass; wrote %s\n", hw.op_overhead, out_path.c_str());
+    try {
+      const std::string text =
+          read_file_bounded(out_path, kMaxHardwareFileBytes, "hardware profile");
+      Json j;
+      try {
+        j = Json::parse(text);
+      } catch (const Error& e) {
+        detail::fail("carto: hardware profile ", out_path, ": ", e.what());
+      }
+      HardwareProfile hw = hardware_profile_from_json(j, out_path);
+      hw.op_overhead = measure_op_overhead(hw);
+      check_hardware_profile(hw, out_path);
+      j["op_overhead"] = hw.op_overhead;
+      atomic_write(out_path, j.dump(2) + "\n", "hardware profile");
+      std::printf("op overhead %.3g s per op pass; wrote %s\n", hw.op_overhead, out_path.c_str());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "bench_calibrate: %s\n", e.what());
+      return 2;
+    }
     return 0;
   }
   int n = static_cast<int>(args.size());

@@ -28,6 +28,10 @@
 #include <carto/profile.hpp>
 #include <carto/search/strategy.hpp>
 #include <catch2/catch.hpp>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
 
 using namespace carto;
 
@@ -160,6 +164,42 @@ TEST_CASE("Llama configs: bad values get one clear message", "[profile][llama][c
           "heads / kv_heads query heads");
   REQUIRE_THROWS_WITH(build_llama(c, kBase), Catch::Contains("kv_heads (5) must divide heads"));
   REQUIRE(!find_llama("llama3-1t"));
+}
+
+TEST_CASE("Llama configs: a fused QKV width past 2^63-1 is refused, not wrapped",
+          "[profile][llama][config]") {
+  // Around the largest head size whose fused QKV width (heads + 2 kv_heads) * head_dim fits,
+  // check_config refuses exactly the configs whose width, multiplied out with an overflow check,
+  // passes 2^63-1.
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  int refused = 0, accepted = 0;
+  for (const auto& [heads, kv_heads] :
+       {std::pair<std::int64_t, std::int64_t>{32, 8}, {1, 1}, {64, 64}, {6, 2}, {128, 8}}) {
+    const std::int64_t per_head = heads + 2 * kv_heads;  // the QKV width in head sizes
+    const std::int64_t edge = max / per_head;            // the largest head size that fits
+    for (std::int64_t d = edge - 4; d <= edge + 4; ++d) {
+      if (d % 2 != 0 || d > max / heads) continue;  // rotary pairs; hidden itself must fit
+      LlamaConfig c = *find_llama("llama3-8b");
+      c.heads = heads;
+      c.kv_heads = kv_heads;
+      c.hidden = heads * d;
+      std::int64_t width = 0;
+      const bool wraps = __builtin_mul_overflow(per_head, d, &width);
+      INFO("heads " << heads << ", kv_heads " << kv_heads << ", head size " << d);
+      const std::optional<std::string> problem = check_config(c);
+      REQUIRE(problem.has_value() == wraps);
+      if (wraps) {
+        ++refused;
+        REQUIRE_THAT(*problem, Catch::Contains("hidden is " + std::to_string(c.hidden)) &&
+                                   Catch::Contains("(the fused QKV) exceeds 2^63-1"));
+        REQUIRE_THROWS_WITH(build_llama(c, kBase), Catch::Contains("(the fused QKV)"));
+      } else {
+        ++accepted;
+      }
+    }
+  }
+  REQUIRE(refused >= 5);
+  REQUIRE(accepted >= 5);
 }
 
 TEST_CASE("Llama ops: strategies follow the stated rules", "[search][llama]") {

@@ -92,6 +92,18 @@ TEST_CASE("sizes that overflow int64 are errors naming the count", "[tools][host
           {"3 * hidden (the fused QKV) exceeds 2^63-1"});
   refused(kPlan + " profile --layers 1 --vocab 64 --seq 16 --heads 2 --hidden 2305843009213693952",
           {"ffn_ratio * hidden (the MLP) exceeds 2^63-1"});
+  // Llama: the fused QKV (heads + 2 kv_heads) * head_dim of llama3-8b (32 heads, 8 kv_heads) at a
+  // hidden of 3 * 2^61 is 9 * 2^60; the table and activation counts overflow as counts.
+  for (const char* command : {" profile", " plan --devices 2"}) {
+    refused(kPlan + command + " --model llama3-8b --hidden 6917529027641081856",
+            {"hidden is 6917529027641081856", "(the fused QKV) exceeds 2^63-1"});
+  }
+  refused(kPlan + " profile --model llama3-8b --hidden 4611686018427387904",
+          {"128256 * 4611686018427387904", "overflows"});
+  for (const char* flag : {"--vocab", "--seq", "--batch"}) {
+    refused(kPlan + " profile --model llama3-8b " + flag + " 9223372036854775807",
+            {"9223372036854775807", "overflows"});
+  }
   refused(kPlan +
               " reshard --shape 4294967296,4294967296,4294967296 --from R,R,R --to \"S(x),R,R\" "
               "--mesh x=2",

@@ -37,6 +37,7 @@
 #include "carto/layers/embedding.hpp"
 #include "carto/profile/options.hpp"
 #include "carto/profile/schedule.hpp"
+#include "carto/util/checked.hpp"
 
 namespace carto {
 
@@ -220,6 +221,16 @@ constexpr std::optional<std::string> check_config(const LlamaConfig& c) {
   }
   if (!(c.rope_theta > 1.0) || !(c.norm_eps > 0.0)) {
     return model + "rope_theta must be above 1 and norm_eps positive";
+  }
+  // The widest dim a block makes from the sizes: the fused QKV, (heads + 2 kv_heads) head_dim =
+  // hidden + 2 kv_heads head_dim, must be representable, or it would wrap negative far from the
+  // cause. kv_heads head_dim <= hidden, so only the sum can overflow.
+  const std::int64_t kv_width = c.kv_heads * (c.hidden / c.heads);
+  if (kv_width > (kInt64Max - c.hidden) / 2) {
+    return model + "hidden is " + decimal(c.hidden) + " with " + decimal(c.heads) + " heads and " +
+           decimal(c.kv_heads) +
+           " kv_heads; (heads + 2 * kv_heads) * head_dim (the fused QKV) exceeds 2^63-1; use a "
+           "smaller hidden size";
   }
   return std::nullopt;
 }

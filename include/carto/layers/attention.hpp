@@ -18,6 +18,7 @@
 #include "carto/graph/graph.hpp"
 #include "carto/layers/basic.hpp"
 #include "carto/profile/options.hpp"
+#include "carto/util/checked.hpp"
 
 namespace carto {
 
@@ -55,11 +56,13 @@ constexpr TensorId multi_head_attention(Graph& g, TensorId x, const AttentionSpe
                  ": the number of heads must divide the hidden size");
   }
   const double factor = detail::inverse_sqrt(static_cast<double>(h / spec.heads));
-  const TensorId qkv = linear(g, x, {.out_name = "qkv", .out_features = 3 * h});  // (B, S, 3H)
-  const TensorId q = g.split_heads(qkv, 3, 0, spec.heads);                        // (B, a, S, d)
-  const TensorId k = g.split_heads(qkv, 3, 1, spec.heads);                        // (B, a, S, d)
-  const TensorId v = g.split_heads(qkv, 3, 2, spec.heads);                        // (B, a, S, d)
-  TensorId context;                                                               // (B, a, S, d)
+  // 3H is checked: a hidden size above (2^63-1) / 3 would wrap to a negative width.
+  const std::int64_t qkv_width = checked_mul(3, h, "the fused QKV width 3 * hidden of attention");
+  const TensorId qkv = linear(g, x, {.out_name = "qkv", .out_features = qkv_width});  // (B, S, 3H)
+  const TensorId q = g.split_heads(qkv, 3, 0, spec.heads);  // (B, a, S, d)
+  const TensorId k = g.split_heads(qkv, 3, 1, spec.heads);  // (B, a, S, d)
+  const TensorId v = g.split_heads(qkv, 3, 2, spec.heads);  // (B, a, S, d)
+  TensorId context;                                         // (B, a, S, d)
   if (spec.kind == AttentionKind::fused) {
     context = g.fused_attention(q, k, v, factor, Masking::causal, spec.dropout);
   } else {

@@ -13,6 +13,7 @@
 #include "carto/layers/attention.hpp"
 #include "carto/layers/basic.hpp"
 #include "carto/profile/options.hpp"
+#include "carto/util/checked.hpp"
 
 namespace carto {
 
@@ -26,9 +27,10 @@ constexpr TensorId mlp(Graph& g, TensorId x, const MlpSpec& spec) {
   const DimExtent hidden = xs.dims()[xs.rank() - 1];
   if (spec.ffn_ratio < 1)
     detail::fail("carto: an MLP's ffn ratio must be positive; got ", spec.ffn_ratio);
-  const TensorId up = linear(
-      g, x, {.out_name = "ffn", .out_features = spec.ffn_ratio * hidden.extent});  // (B, S, 4H)
-  const TensorId act = gelu(g, up);                                                // (B, S, 4H)
+  const std::int64_t ffn_width =
+      checked_mul(spec.ffn_ratio, hidden.extent, "the MLP width ffn_ratio * hidden");
+  const TensorId up = linear(g, x, {.out_name = "ffn", .out_features = ffn_width});  // (B, S, 4H)
+  const TensorId act = gelu(g, up);                                                  // (B, S, 4H)
   const TensorId down =
       linear(g, act, {.out_name = hidden.name, .out_features = hidden.extent});  // (B, S, H)
   return dropout(g, down, spec.dropout);                                         // (B, S, H)

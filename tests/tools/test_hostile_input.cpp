@@ -127,6 +127,26 @@ TEST_CASE("reads are bounded to regular files of a stated size", "[tools][hostil
           {"/dev/zero", "not a regular file"});
   refused(kPlan + " plan --model gpt2-124m --devices 8 --hardware " + f.dir.string() + "/",
           {"is a directory"});
+  // carto-plan report reads a plan file, --compare and --measured through the same bound.
+  const std::string plan = f / "plan.json";
+  const Run made = shell(kPlan + " plan" + kTinyModel + " --devices 2 --memory 1GiB --out " + plan);
+  INFO(made.output);
+  REQUIRE(made.code == 0);
+  const std::string report = kPlan + " report" + kTinyModel + " -o " + (f / "report.html") + " ";
+  refused(report + "/dev/zero", {"the plan file '/dev/zero' is not a regular file"});
+  refused(report + f.dir.string(), {"the plan file", "is a directory"});
+  refused(report + plan + " --compare /dev/zero", {"the plan file '/dev/zero'", "not a regular"});
+  refused(report + plan + " --measured /dev/zero",
+          {"the --measured training report '/dev/zero' is not a regular file"});
+  refused(report + plan + " --measured " + f.dir.string(),
+          {"--measured training report", "is a directory"});
+  const std::string huge = f / "huge.json";  // sparse: 65 MiB, no disk used
+  std::ofstream(huge).close();
+  fs::resize_file(huge, std::uintmax_t{65} << 20);
+  refused(report + huge, {"the plan file", "is 65.00 MiB; at most 64.00 MiB is accepted"});
+  refused(report + plan + " --measured " + huge,
+          {"--measured training report", "is 65.00 MiB; at most 64.00 MiB is accepted"});
+  CHECK_FALSE(fs::exists(f / "report.html"));
 #ifdef CARTO_DEMO_PATH
   refused(kTinyDemo + " --plan /dev/zero", {"/dev/zero", "not a regular file"});
   refused(kTinyDemo + " --data /dev/zero", {"/dev/zero", "not a regular file"});

@@ -15,11 +15,10 @@
 // plan than PLAN.json is refused.
 #include "report_command.hpp"
 
+#include <carto/util/files.hpp>
 #include <carto/util/json.hpp>
 #include <carto/util/units.hpp>
-#include <fstream>
 #include <ostream>
-#include <sstream>
 
 #include "cli.hpp"
 #include "commands.hpp"
@@ -31,13 +30,12 @@ namespace carto::tools {
 
 namespace {
 
-Json read_json_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) detail::fail("cannot read the plan file '", path, "'");
-  std::ostringstream text;
-  text << file.rdbuf();
+// A plan file or a training report, read through the bounded reader: a directory, a device such as
+// /dev/zero or a file above kMaxPlanFileBytes is refused naming `what` and the path.
+Json read_json_file(const std::string& path, std::string_view what) {
+  const std::string text = read_file_bounded(path, kMaxPlanFileBytes, what);
   try {
-    return Json::parse(text.str());
+    return Json::parse(text);
   } catch (const Error& e) {
     detail::fail("'", path, "' is not JSON: ", e.what());
   }
@@ -142,8 +140,8 @@ bool same_plan(const Plan& a, const Plan& b) {
 
 Plan read_plan_file(const std::string& path, const GraphMaker& make_graph,
                     std::int64_t global_batch) {
-  return plan_from_file_json(plan_json_of(read_json_file(path), path), path, make_graph,
-                             global_batch);
+  return plan_from_file_json(plan_json_of(read_json_file(path, "plan file"), path), path,
+                             make_graph, global_batch);
 }
 
 void write_plan_report(const std::string& out_path, const Plan& plan, const Graph& graph,
@@ -198,10 +196,10 @@ int report_command(const std::vector<std::string>& raw, std::ostream& out) {
   const auto out_path = probe.text("out");
   if (!out_path) throw cli::UsageError("report: give the HTML file to write with -o PLAN.html");
   // A training run: the plan file itself, or --measured.
-  const Json plan_file = read_json_file(*plan_path);
+  const Json plan_file = read_json_file(*plan_path, "plan file");
   std::optional<std::string> run_path = probe.text("measured");
   if (!run_path && is_run_report(plan_file)) run_path = *plan_path;
-  const Json run = run_path ? read_json_file(*run_path) : Json();
+  const Json run = run_path ? read_json_file(*run_path, "--measured training report") : Json();
   if (run_path && !is_run_report(run)) {
     throw cli::UsageError("report: --measured '" + *run_path + "' is not a training report (" +
                           std::string(kRunFormat) + ", from carto-demo --json)");

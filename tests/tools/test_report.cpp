@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "html.hpp"
 #include "report.hpp"
@@ -236,4 +237,44 @@ TEST_CASE("the memory timeline of a plan that checkpoints every block", "[tools]
   REQUIRE_FALSE(xml_problem(without_doctype(page)));
   REQUIRE(page.find("<span class=\"ckpt\">checkpointed</span>") != std::string::npos);
   REQUIRE(page.find("recompute") != std::string::npos);
+}
+
+TEST_CASE("a plan file's precision builds the report's graph; none recorded reads as fp32",
+          "[tools][report][cli]") {
+  // The report of an fp32 plan whose file records no precision (as files were written before it
+  // was recorded) is the report of the same file with "precision": "fp32"; a bf16 plan's report
+  // says mixed_bf16.
+  const std::string dir = temp_dir();
+  auto run = [](const std::string& args) { return carto::testing::run_carto_plan(args); };
+  const std::string plan_flags = "plan " + kTinyFlags + " --devices 2 --memory 1GiB --zero 0";
+  auto report = [&](const std::string& plan_path) {
+    const std::string page_path = plan_path + ".html";
+    const auto r = run("report " + plan_path + " " + kTinyFlags + " --memory 1GiB -o " + page_path);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    std::string page = read_file(page_path);
+    for (std::size_t at = page.find(plan_path); at != std::string::npos; at = page.find(plan_path))
+      page.replace(at, plan_path.size(), "PLAN");  // the pages may name their files
+    return page;
+  };
+  const std::string fp32 = dir + "/fp32.json", legacy = dir + "/legacy.json",
+                    bf16 = dir + "/bf16.json";
+  for (const auto& [path, dtype] : {std::pair{fp32, "fp32"}, std::pair{bf16, "bf16"}}) {
+    const auto r = run(plan_flags + " --dtype " + dtype + " --out " + path);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+  }
+  // The same bytes less the precision line (a Json round trip could reprint the numbers).
+  std::string text = read_file(fp32);
+  const std::string line = "\n  \"precision\": \"fp32\",";
+  const std::size_t at = text.find(line);
+  REQUIRE(at != std::string::npos);
+  text.erase(at, line.size());
+  REQUIRE_FALSE(Json::parse(text).find("precision"));
+  std::ofstream(legacy) << text;
+  const std::string page = report(fp32);
+  REQUIRE(page.find("<td>fp32, gradients reduced in fp32") != std::string::npos);
+  CHECK(report(legacy) == page);
+  CHECK(report(bf16).find("<td>mixed_bf16, gradients reduced in bf16") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }

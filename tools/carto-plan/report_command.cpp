@@ -100,14 +100,11 @@ Json plan_json_of(const Json& j, const std::string& path) {
 Plan plan_from_file_json(const Json& j, const std::string& path, const GraphMaker& make_graph,
                          std::int64_t global_batch) {
   const Json* m = j.is_object() ? j.find("micro_batches") : nullptr;
-  const Json* precision = j.is_object() ? j.find("precision") : nullptr;
-  const std::int64_t micro = m != nullptr && m->is_int() ? m->as_int() : 1;
-  const Precision p = precision != nullptr && precision->is_string() &&
-                              precision->as_string() == to_string_view(Precision::fp32)
-                          ? Precision::fp32
-                          : Precision::mixed_bf16;
-  const Graph g = make_graph(micro_batch_of(global_batch, micro), p);
+  const std::int64_t micro_batch =
+      micro_batch_of(global_batch, m != nullptr && m->is_int() ? m->as_int() : 1);
   try {
+    // The graph at the precision plan_from_json gives the plan (fp32 when the file has none).
+    const Graph g = make_graph(micro_batch, plan_file_precision(j));
     return plan_from_json(j, g);
   } catch (const Error& e) {
     detail::fail("'", path, "': ", e.what(), " (is it a plan of this model at global batch ",

@@ -20,7 +20,8 @@ std::string describe_model(const GptConfig& config);
 using GraphMaker = std::function<Graph(std::int64_t micro_batch, Precision precision)>;
 
 // A plan file read and checked against the model it is for (its micro-batch count and precision
-// come from the file; the graph is make_graph's for global_batch / micro-batches).
+// come from the file, a file that records no precision being fp32 as plan_from_json reads it; the
+// graph is make_graph's for global_batch / micro-batches at that precision).
 Plan read_plan_file(const std::string& path, const GraphMaker& make_graph,
                     std::int64_t global_batch);
 

@@ -162,6 +162,18 @@ inline void check_strategy_indices(const Plan& p, const Graph& g) {
 }
 }  // namespace detail
 
+// The precision a plan file records (the graph it is checked against must be built at it). A file
+// written before precision was recorded reads as fp32, which is what the runtime trained then.
+inline Precision plan_file_precision(const Json& j) {
+  const Json* v = j.is_object() ? j.find("precision") : nullptr;
+  if (v == nullptr) return Precision::fp32;
+  const std::string text =
+      detail::typed(*v, "precision", [](const Json& x) { return x.as_string(); });
+  if (text != "fp32" && text != "mixed_bf16")
+    detail::fail("carto: plan file: field 'precision' is '", text, "'; use fp32 or mixed_bf16");
+  return text == "fp32" ? Precision::fp32 : Precision::mixed_bf16;
+}
+
 // Reads a plan and checks it against the graph and mesh it is meant for; errors name the field.
 inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh = nullptr) {
   using detail::count_field;
@@ -209,14 +221,7 @@ inline Plan plan_from_json(const Json& j, const Graph& g, const DeviceMesh* mesh
   if (const Json* v = j.find("tolerance")) {
     p.tolerance = real_field(*v, "tolerance", 0.0, 1.0);
   }
-  // Written before precision was recorded: fp32, which is what the runtime trained then.
-  p.precision = Precision::fp32;
-  if (const Json* v = j.find("precision")) {
-    const std::string text = typed(*v, "precision", str);
-    if (text != "fp32" && text != "mixed_bf16")
-      detail::fail("carto: plan file: field 'precision' is '", text, "'; use fp32 or mixed_bf16");
-    p.precision = text == "fp32" ? Precision::fp32 : Precision::mixed_bf16;
-  }
+  p.precision = plan_file_precision(j);
   p.gradient_reduction = compute_dtype(p.precision);
   if (const Json* v = j.find("gradient_reduction")) {
     const std::string text = typed(*v, "gradient_reduction", str);

@@ -9,15 +9,18 @@
 #include <carto/layers.hpp>
 #include <carto/search.hpp>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "html.hpp"
 #include "report.hpp"
+#include "report_parts.hpp"
 #include "support/carto_plan_run.hpp"
 #include "support/xml_check.hpp"
 #include "tools/test_report_fixtures.hpp"
@@ -277,4 +280,80 @@ TEST_CASE("a plan file's precision builds the report's graph; none recorded read
   CHECK(report(legacy) == page);
   CHECK(report(bf16).find("<td>mixed_bf16, gradients reduced in bf16") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+std::vector<tools::report_detail::LabelBox> frontier_label_boxes(const std::string& page) {
+  // <text x="…" y="…" class="frontier-label" …>text</text>, in the order drawn.
+  const std::regex label(
+      "<text x=\"([-0-9.e]+)\" y=\"([-0-9.e]+)\" class=\"frontier-label\"[^>]*>"
+      "([^<]*)</text>");
+  std::vector<tools::report_detail::LabelBox> boxes;
+  for (auto it = std::sregex_iterator(page.begin(), page.end(), label);
+       it != std::sregex_iterator(); ++it) {
+    boxes.push_back(
+        tools::report_detail::label_box(std::stod((*it)[1]), std::stod((*it)[2]), (*it)[3].str()));
+  }
+  return boxes;
+}
+
+}  // namespace
+
+TEST_CASE("chart labels of clustered points are placed without overlap", "[tools][report]") {
+  using tools::report_detail::LabelAnchor;
+  using tools::report_detail::LabelBox;
+  // Eight labels on points at most 3 px apart, beside a label already drawn there (the budget's).
+  std::vector<LabelAnchor> anchors;
+  for (int i = 0; i < 8; ++i) {
+    anchors.push_back({.x = 400.0 + (i % 3),
+                       .y = 150.0 + (i % 2) * 3,
+                       .text = std::string(i % 2 == 0 ? "this plan" : "/tmp/a/compared.json")});
+  }
+  const LabelBox area{.x0 = 70, .y0 = 0, .x1 = 960, .y1 = 280};
+  const LabelBox budget = tools::report_detail::label_box(395, 140, "budget 80.00 GiB");
+  const std::vector<LabelBox> boxes = tools::report_detail::place_labels(anchors, {budget}, area);
+  REQUIRE(boxes.size() == anchors.size());
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    INFO("label " << i);
+    const LabelBox& b = boxes[i];
+    CHECK(b.inside(area));
+    CHECK_FALSE(b.meets(budget));
+    // The box is the label's own size, near its point (within a few label heights).
+    const LabelBox size = tools::report_detail::label_box(0, 0, anchors[i].text);
+    CHECK(b.x1 - b.x0 == size.x1 - size.x0);
+    CHECK(std::min(std::abs(b.x0 - anchors[i].x), std::abs(b.x1 - anchors[i].x)) <= 10.0 + 1e-9);
+    CHECK(std::abs((b.y0 + b.y1) / 2 - anchors[i].y) < 100);
+    for (std::size_t j = 0; j < i; ++j) CHECK_FALSE(b.meets(boxes[j]));
+  }
+  // The same anchors, the same boxes.
+  const std::vector<LabelBox> again = tools::report_detail::place_labels(anchors, {budget}, area);
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    CHECK(again[i].x0 == boxes[i].x0);
+    CHECK(again[i].y0 == boxes[i].y0);
+  }
+
+  // The frontier chart of a plan compared with itself: both chosen points, the fastest and the
+  // least-memory point sit on a few clustered pixels; the page's labels must not meet.
+  Plan plan = tiny_plan({0, 1, 2, 3});
+  REQUIRE(plan.frontier.size() >= 2);
+  for (std::size_t i = 0; i < plan.frontier.size(); ++i) {  // squeeze the frontier into a cluster
+    plan.frontier[i].time_s = plan.step_time_s * (1 + 1e-4 * static_cast<double>(i + 1));
+    plan.frontier[i].peak_bytes = plan.peak_memory_bytes - static_cast<std::int64_t>(i + 1);
+  }
+  const Graph g = tiny_graph(kBatch / plan.micro_batches);
+  tools::ReportInput input;
+  input.plan = &plan;
+  input.compare = &plan;
+  input.compare_label = "/tmp/a/the-same-plan.json";
+  input.graph = &g;
+  input.hardware = tiny_hardware();
+  input.memory_budget = plan.peak_memory_bytes;  // the budget's label on the same height
+  input.global_batch = kBatch;
+  const std::string page = tools::render_report(input);
+  REQUIRE_FALSE(xml_problem(without_doctype(page)));
+  const std::vector<LabelBox> drawn = frontier_label_boxes(page);
+  REQUIRE(drawn.size() == 4);  // this plan, the compared plan, fastest, least memory
+  for (std::size_t i = 0; i < drawn.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j) CHECK_FALSE(drawn[i].meets(drawn[j]));
 }

@@ -5,11 +5,17 @@
 // reduced to at most kMaxPoints points (each the point of largest total in its bucket, so the peak
 // survives) to keep a 2,000-op model's page small. Categories stack bottom-up in a fixed order:
 // parameters, gradients and optimizer states (the persistent states of ZeRO's accounting), saved
-// activations, temporaries, communication buffers.
+// activations, temporaries, communication buffers. The frontier's labels (each plan's chosen
+// point, this plan's fastest and least-memory points; every point has a hover title) are placed by
+// place_labels, greedily in a fixed order of spots around each point, so that no two meet each
+// other or the budget's label; a label moved off its point keeps a thin leader line to it.
 #include <algorithm>
 #include <array>
 #include <carto/util/units.hpp>
 #include <cmath>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "report_parts.hpp"
 
@@ -40,6 +46,54 @@ std::string legend(const std::vector<std::string>& names) {
 std::string gib(double bytes) { return num(bytes / static_cast<double>(1LL << 30), 3) + " GiB"; }
 
 }  // namespace
+
+namespace {
+constexpr double kLabelCharWidth = 6.5;  // above the widest average glyph of 10 px system-ui
+constexpr double kLabelAscent = 10, kLabelDescent = 3;
+constexpr double kLabelGap = 10;  // from the point to the label's near edge
+}  // namespace
+
+LabelBox label_box(double x, double baseline, std::string_view text) {
+  double chars = 0;
+  for (const char c : text) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
+  return {.x0 = x,
+          .y0 = baseline - kLabelAscent,
+          .x1 = x + chars * kLabelCharWidth,
+          .y1 = baseline + kLabelDescent};
+}
+
+double label_baseline(const LabelBox& box) { return box.y1 - kLabelDescent; }
+
+std::vector<LabelBox> place_labels(const std::vector<LabelAnchor>& anchors,
+                                   std::vector<LabelBox> occupied, const LabelBox& area) {
+  constexpr int kSteps = 40;  // up to 40 label heights up or down
+  const double step = kLabelAscent + kLabelDescent + 1;
+  std::vector<LabelBox> placed;
+  for (const LabelAnchor& a : anchors) {
+    const double width = label_box(0, 0, a.text).x1;
+    std::optional<LabelBox> first, chosen;
+    for (int k = 0; k <= kSteps && !chosen; ++k) {
+      const double up = a.y - 4 - k * step, down = a.y + kLabelAscent + 4 + k * step;
+      for (const auto& [x, baseline] : {std::pair{a.x + kLabelGap, up},
+                                        {a.x + kLabelGap, down},
+                                        {a.x - kLabelGap - width, up},
+                                        {a.x - kLabelGap - width, down}}) {
+        const LabelBox box = label_box(x, baseline, a.text);
+        if (!first) first = box;
+        const bool free =
+            box.inside(area) && std::none_of(occupied.begin(), occupied.end(),
+                                             [&](const LabelBox& o) { return box.meets(o); });
+        if (free) {
+          chosen = box;
+          break;
+        }
+      }
+    }
+    placed.push_back(chosen.value_or(*first));
+    occupied.push_back(placed.back());
+  }
+  return placed;
+}
 
 void memory_section(std::string& page, const ReportInput& in, const ReportData& data) {
   page += "<section id=\"memory\"><h2>Memory of one device over the step</h2>\n";
@@ -225,9 +279,17 @@ void frontier_section(std::string& page, const ReportInput& in) {
   }
   page += svg_text(kW / 2 - 60, kH - 6, "step time →");
   const double by = Y(static_cast<double>(in.memory_budget));
+  const std::string budget_text = "budget " + format_bytes(in.memory_budget);
   page += line(kLeft, by, kW - kRight, by, "stroke=\"#d62728\" stroke-dasharray=\"6,3\"") +
-          svg_text(kW - kRight - 150, by - 4, "budget " + format_bytes(in.memory_budget),
-                   "fill=\"#d62728\"");
+          svg_text(kW - kRight - 150, by - 4, budget_text, "fill=\"#d62728\"");
+  // Labels: each plan's chosen point, and this plan's fastest and least-memory frontier points;
+  // every point has its figures in a hover title. Placed so that no two meet (place_labels).
+  std::vector<LabelAnchor> anchors;
+  std::vector<std::string> label_colours;
+  auto label = [&](double x, double y, std::string text, std::string_view colour) {
+    anchors.push_back({.x = x, .y = y, .text = std::move(text)});
+    label_colours.emplace_back(colour);
+  };
   auto dots = [&](const Plan& q, std::string_view colour, std::string_view who) {
     for (const FrontierPoint& f : q.frontier) {
       page +=
@@ -246,11 +308,43 @@ void frontier_section(std::string& page, const ReportInput& in) {
             escape(std::string(who) + " (chosen): " + duration(q.step_time_s) + ", " +
                    format_bytes(q.peak_memory_bytes)) +
             "</title></path>";
-    page += svg_text(cx + 10, cy - 6, std::string(who), "fill=\"" + std::string(colour) + "\"");
+    label(cx, cy, std::string(who), colour);
   };
   if (in.compare != nullptr)
     dots(*in.compare, "#e6550d", in.compare_label.empty() ? "compared plan" : in.compare_label);
   dots(p, "#1f77b4", "this plan");
+  if (!p.frontier.empty()) {
+    auto by_time = [](const FrontierPoint& a, const FrontierPoint& b) {
+      return a.time_s < b.time_s || (a.time_s == b.time_s && a.peak_bytes < b.peak_bytes);
+    };
+    auto by_memory = [](const FrontierPoint& a, const FrontierPoint& b) {
+      return a.peak_bytes < b.peak_bytes || (a.peak_bytes == b.peak_bytes && a.time_s < b.time_s);
+    };
+    const FrontierPoint& fastest = *std::min_element(p.frontier.begin(), p.frontier.end(), by_time);
+    const FrontierPoint& smallest =
+        *std::min_element(p.frontier.begin(), p.frontier.end(), by_memory);
+    auto chosen = [&](const FrontierPoint& f) {
+      return f.time_s == p.step_time_s && f.peak_bytes == p.peak_memory_bytes;
+    };
+    if (!chosen(fastest))
+      label(X(fastest.time_s), Y(static_cast<double>(fastest.peak_bytes)),
+            "fastest " + duration(fastest.time_s), "#555");
+    if (!chosen(smallest) && &smallest != &fastest)
+      label(X(smallest.time_s), Y(static_cast<double>(smallest.peak_bytes)),
+            "least memory " + format_bytes(smallest.peak_bytes), "#555");
+  }
+  const std::vector<LabelBox> boxes =
+      place_labels(anchors, {label_box(kW - kRight - 150, by - 4, budget_text)},
+                   {.x0 = kLeft, .y0 = 0, .x1 = kW, .y1 = kTop + ph});
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    const LabelBox& b = boxes[i];
+    const bool right = b.x0 >= anchors[i].x;
+    const double ly = std::clamp(anchors[i].y, b.y0, b.y1);
+    page += line(anchors[i].x, anchors[i].y, right ? b.x0 : b.x1, ly,
+                 "stroke=\"" + label_colours[i] + "\" stroke-width=\"0.5\"");
+    page += svg_text(b.x0, label_baseline(b), anchors[i].text,
+                     "class=\"frontier-label\" fill=\"" + label_colours[i] + "\"");
+  }
   page += line(kLeft, kTop + ph, kW - kRight, kTop + ph, "stroke=\"#333\"") + "</svg>\n";
   // The plans side by side.
   page += "<table id=\"comparison\"><tr><th></th><th>this plan</th>";

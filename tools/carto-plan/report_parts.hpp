@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "html.hpp"
 #include "report.hpp"
@@ -24,6 +25,34 @@ std::string duration(double seconds);
 
 // <text> at (x, y) with the escaped `text`; `extra` holds further attributes.
 std::string svg_text(double x, double y, std::string_view text, std::string_view extra = "");
+
+// ---- chart labels that do not overlap ----
+// A label's box in chart coordinates: [x0, x1] x [y0, y1], y down.
+struct LabelBox {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  [[nodiscard]] bool meets(const LabelBox& o) const {
+    return x0 < o.x1 && o.x0 < x1 && y0 < o.y1 && o.y0 < y1;
+  }
+  [[nodiscard]] bool inside(const LabelBox& o) const {
+    return x0 >= o.x0 && x1 <= o.x1 && y0 >= o.y0 && y1 <= o.y1;
+  }
+};
+// The box of an SVG label drawn at (x, baseline) in the charts' 10 px font: a generous width per
+// character (UTF-8 code points), so a real glyph run stays inside it.
+LabelBox label_box(double x, double baseline, std::string_view text);
+// The baseline of a label whose box is `box` (label_box's inverse in y).
+double label_baseline(const LabelBox& box);
+struct LabelAnchor {
+  double x = 0, y = 0;  // the point labelled
+  std::string text;
+};
+// Places each label near its point, in order: the first of a fixed sequence of spots (right of the
+// point above, right below, left above, left below, then the same one label height further up or
+// down, step by step) whose box lies inside `area` and meets no box of `occupied` nor any label
+// placed before it. When no spot is free the first is taken (so the result is always one box per
+// anchor). Deterministic: the same anchors give the same boxes.
+std::vector<LabelBox> place_labels(const std::vector<LabelAnchor>& anchors,
+                                   std::vector<LabelBox> occupied, const LabelBox& area);
 
 void memory_section(std::string& page, const ReportInput& input, const ReportData& data);
 void time_section(std::string& page, const ReportInput& input, const ReportData& data);

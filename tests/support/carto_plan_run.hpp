@@ -1,5 +1,5 @@
-// Runs the carto-plan binary (path from CMake: CARTO_PLAN_PATH) as a user would, with stdout and
-// stderr captured together, for the command-line tests.
+// Runs the carto-plan binary (path from CMake: CARTO_PLAN_PATH), or any command line, as a user
+// would, with stdout and stderr captured together, for the command-line tests.
 #pragma once
 
 #include <sys/wait.h>
@@ -16,8 +16,9 @@ struct Run {
   std::string output;  // stdout and stderr together
 };
 
-inline Run run_carto_plan(const std::string& args) {
-  const std::string command = std::string(CARTO_PLAN_PATH) + " " + args + " 2>&1";
+// Runs a shell command line, stdout and stderr captured together.
+inline Run run_command(const std::string& line) {
+  const std::string command = line + " 2>&1";
   Run r;
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -28,6 +29,10 @@ inline Run run_carto_plan(const std::string& args) {
   const int status = pclose(pipe);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+inline Run run_carto_plan(const std::string& args) {
+  return run_command(std::string(CARTO_PLAN_PATH) + " " + args);
 }
 
 }  // namespace carto::testing

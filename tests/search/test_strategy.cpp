@@ -345,6 +345,9 @@ TEST_CASE("evaluate_assignment on one device equals the unsharded profile, group
           "[search][evaluate]") {
   // The schedule walk of profile/schedule.hpp is the reference: with every op replicated on a
   // one-device mesh, the saved bytes and FLOPs per group must be the profiler's, and nothing moves.
+  // The profiler counts dropout masks as stored (1 byte per element, Korthikanti et al. 2022);
+  // priced as regenerated (the runtime's and the search's default) a group saves exactly those
+  // bytes less: one per element of each of its dropout ops.
   for (const AttentionKind kind : {AttentionKind::materialized, AttentionKind::fused}) {
     const ProfileOptions options{.batch = 2, .attention = kind};
     const Graph g = build_gpt(
@@ -356,17 +359,31 @@ TEST_CASE("evaluate_assignment on one device equals the unsharded profile, group
       shardings.push_back(all.front().sharding);  // the first is the all-replicated one
       for (const ShardingSpec& in : all.front().sharding.inputs) REQUIRE(in.is_replicated());
     }
-    const AssignmentCost cost = evaluate_assignment(g, mesh, hardware::h100(), shardings);
+    const AssignmentCost cost =
+        evaluate_assignment(g, mesh, hardware::h100(), shardings,
+                            {.strategy = {.dropout_masks = DropoutMasks::stored}});
+    const AssignmentCost regenerated = evaluate_assignment(g, mesh, hardware::h100(), shardings);
     const ModelProfile profile = profile_graph(g, options);
     REQUIRE(cost.groups.size() == profile.layers.size());
+    REQUIRE(regenerated.groups.size() == profile.layers.size());
+    std::int64_t all_masks = 0;
     for (std::size_t i = 0; i < profile.layers.size(); ++i) {
       INFO(profile.layers[i].name);
       REQUIRE(cost.groups[i].saved_bytes == profile.layers[i].saved_bytes);
+      std::int64_t masks = 0;
+      for (std::int32_t k = g.groups()[i].first_op; k < g.groups()[i].end_op; ++k) {
+        const Op& op = g.op(OpId{k});
+        if (op.kind == OpKind::dropout && op.probability > 0)
+          masks += g.tensor(op.output).shape.numel();
+      }
+      all_masks += masks;
+      REQUIRE(regenerated.groups[i].saved_bytes == profile.layers[i].saved_bytes - masks);
       REQUIRE(cost.groups[i].flops_forward == profile.layers[i].flops_forward);
       REQUIRE(cost.groups[i].flops_backward == profile.layers[i].flops_backward());
       REQUIRE(cost.groups[i].collectives.empty());
     }
     REQUIRE(cost.flops_forward == profile.flops.forward);
+    REQUIRE(all_masks > 0);  // the graph has dropout (ProfileOptions' 0.1)
   }
 }
 

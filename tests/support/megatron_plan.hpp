@@ -90,13 +90,16 @@ inline std::vector<std::size_t> megatron_strategy_indices(const Graph& g, const 
   return plan;
 }
 
+// The strategies themselves, priced as Korthikanti et al. 2022 count (layernorm statistics
+// ignored, 1-byte dropout masks stored), the accounting the Megatron cost checks compare with.
 inline std::vector<Strategy> megatron_plan(const Graph& g, const DeviceMesh& mesh,
                                            std::int64_t hidden, SequenceParallel sp) {
   const std::vector<std::size_t> index = megatron_strategy_indices(g, mesh, hidden, sp);
   std::vector<Strategy> plan;
   for (std::size_t k = 0; k < g.num_ops(); ++k) {
     plan.push_back(enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh,
-                                        {.layernorm_stats = LayerNormStats::ignored})
+                                        {.layernorm_stats = LayerNormStats::ignored,
+                                         .dropout_masks = DropoutMasks::stored})
                        .at(index[k]));
   }
   return plan;

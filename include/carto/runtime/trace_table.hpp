@@ -94,10 +94,10 @@ inline std::vector<OpRow> op_table(const Recorder& rec, const Graph& g, const Pl
 }
 
 // The same with the plan's strategies picked as a Trainer picks them (`masks`: what the plan was
-// searched with; the runtime regenerates dropout masks either way).
+// searched with, by default SearchOptions'; the runtime regenerates dropout masks either way).
 inline std::vector<OpRow> op_table(const Recorder& rec, const Graph& g, const Plan& plan,
                                    const HardwareProfile& hw,
-                                   DropoutMasks masks = DropoutMasks::stored) {
+                                   DropoutMasks masks = DropoutMasks::regenerated) {
   return op_table(rec, g, plan,
                   plan_strategies(g, plan,
                                   {.precision = plan.precision,

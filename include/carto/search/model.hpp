@@ -69,10 +69,11 @@ enum class CheckpointChoice : std::uint8_t { none, all, search };
 struct DpOptions {
   Precision precision = Precision::mixed_bf16;
   LayerNormStats layernorm_stats = LayerNormStats::counted;
-  DropoutMasks dropout_masks = DropoutMasks::stored;  // regenerated: what carto's runtime does
-  std::optional<DType> gradient_reduction{};          // StrategyOptions::gradient_reduction
-  int zero_stage = 0;                                 // 0..3
-  std::int64_t micro_batches = 1;                     // m: the step runs m forward/backward passes
+  // Regenerated in backward, as carto's runtime does; stored: Korthikanti et al.'s 1-byte masks.
+  DropoutMasks dropout_masks = DropoutMasks::regenerated;
+  std::optional<DType> gradient_reduction{};  // StrategyOptions::gradient_reduction
+  int zero_stage = 0;                         // 0..3
+  std::int64_t micro_batches = 1;             // m: the step runs m forward/backward passes
   CheckpointChoice checkpoint = CheckpointChoice::search;
   SearchSpace space = SearchSpace::standard;  // search/space.hpp
   // The memory resolution ε. 0: exact (the frontier equals brute force's in the space). ε > 0: a

@@ -69,8 +69,9 @@ inline std::vector<DeviceMesh> mesh_candidates(std::int64_t devices, std::size_t
 struct SearchOptions {
   Precision precision = Precision::mixed_bf16;
   LayerNormStats layernorm_stats = LayerNormStats::counted;
-  DropoutMasks dropout_masks = DropoutMasks::stored;  // regenerated: what carto's runtime does
-  std::optional<DType> gradient_reduction{};          // StrategyOptions::gradient_reduction
+  // Regenerated in backward, as carto's runtime does; stored: Korthikanti et al.'s 1-byte masks.
+  DropoutMasks dropout_masks = DropoutMasks::regenerated;
+  std::optional<DType> gradient_reduction{};  // StrategyOptions::gradient_reduction
   std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max();  // bytes per device
   std::vector<int> zero_stages{0, 1, 2, 3};
   std::vector<std::int64_t> micro_batches{1};  // candidates; each must divide the global batch

@@ -106,7 +106,7 @@ struct Strategy {
 struct StrategyOptions {
   Precision precision = Precision::mixed_bf16;  // optimizer-state bytes per parameter
   LayerNormStats layernorm_stats = LayerNormStats::counted;
-  DropoutMasks dropout_masks = DropoutMasks::stored;
+  DropoutMasks dropout_masks = DropoutMasks::regenerated;  // as carto's runtime (options.hpp)
   // The dtype parameter gradients are all-reduced in (gradient_sync). nullopt: the compute dtype
   // (bf16 under mixed_bf16, as Megatron-LM and DeepSpeed do by default); fp32 under mixed_bf16
   // widens the bf16 gradients for the reduction and rounds the sum once (twice the bytes on the

@@ -372,23 +372,13 @@ TEST_CASE("a pruning tolerance keeps the fastest plan; a bad one is an error", "
   }
 }
 
-TEST_CASE("the DP equals its brute force on a tiny Llama block (RMSNorm, rotary GQA, SiLU product)",
-          "[search][dp][llama]") {
-  // One pre-norm block with the Llama ops: rmsnorm, a q projection viewed as (B, n, g, S, d),
-  // rotary, the grouped merge, silu_mul with the norm output, and the residual add.
-  Graph g{};
-  const TensorId in = g.input({{"batch", 4}, {"seq", 2}, {"hidden", 8}}, DType::bf16);
-  g.begin_group("prefix", GroupKind::layer);
-  TensorId x = g.gelu(in);
-  g.end_group();
-  g.begin_group("block.0", GroupKind::transformer_block);
-  const TensorId n = rms_norm(g, x);
-  const TensorId q = linear(g, n, {.out_name = "q", .out_features = 8, .bias = Bias::none});
-  const TensorId r = g.rotary(g.split_groups(q, 2, 2), 10000.0);  // (4, 2, 2, 2, 2)
-  x = g.add(x, g.silu_mul(g.merge_heads(r, "hidden"), n));
-  g.end_group();
+namespace {
+
+// The DP's frontier equals brute force's for graph g on x=2 and x=4, in both spaces, at ZeRO 0
+// and 3, checkpointing searched.
+void require_dp_matches_brute_force_1d(const Graph& g) {
   const HardwareProfile hw = find_hardware_profile("h100");
-  for (const char* mesh_text : {"x=2", "x=4"}) {  // 2x2 exceeds the brute force's plan limit
+  for (const char* mesh_text : {"x=2", "x=4"}) {
     for (const SearchSpace space : {SearchSpace::standard, SearchSpace::full}) {
       for (const int zero : {0, 3}) {
         INFO(mesh_text << ", " << to_string_view(space) << " space, ZeRO " << zero);
@@ -401,6 +391,46 @@ TEST_CASE("the DP equals its brute force on a tiny Llama block (RMSNorm, rotary 
       }
     }
   }
+}
+
+// A (4, 2, 8) input through a gelu prefix into one transformer block whose residual branch
+// `branch` builds from the block input.
+template <class Branch>
+Graph one_block(Branch branch) {
+  Graph g{};
+  const TensorId in = g.input({{"batch", 4}, {"seq", 2}, {"hidden", 8}}, DType::bf16);
+  g.begin_group("prefix", GroupKind::layer);
+  const TensorId x = g.gelu(in);
+  g.end_group();
+  g.begin_group("block.0", GroupKind::transformer_block);
+  g.add(x, branch(g, x));
+  g.end_group();
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("the DP equals its brute force on a tiny Llama block (RMSNorm, rotary GQA, SiLU product)",
+          "[search][dp][llama]") {
+  // One pre-norm block with the Llama ops: rmsnorm, a q projection viewed as (B, n, g, S, d),
+  // rotary, the grouped merge, silu_mul with the norm output, and the residual add.
+  const Graph g = one_block([](Graph& b, TensorId x) {
+    const TensorId n = rms_norm(b, x);
+    const TensorId q = linear(b, n, {.out_name = "q", .out_features = 8, .bias = Bias::none});
+    const TensorId r = b.rotary(b.split_groups(q, 2, 2), 10000.0);  // (4, 2, 2, 2, 2)
+    return b.silu_mul(b.merge_heads(r, "hidden"), n);
+  });
+  require_dp_matches_brute_force_1d(g);  // 2x2 exceeds the brute force's plan limit
+}
+
+TEST_CASE("the DP equals its brute force on Llama's fused gate/up SwiGLU MLP",
+          "[search][dp][llama]") {
+  // swiglu as build_llama writes it: one gate/up projection with interleaved columns, gate and up
+  // split_heads views of it (F heads of one column), silu_mul on them, the merge and the down
+  // projection, under the residual add.
+  const Graph g =
+      one_block([](Graph& b, TensorId x) { return swiglu(b, rms_norm(b, x), {.ffn_hidden = 8}); });
+  require_dp_matches_brute_force_1d(g);
 }
 
 TEST_CASE("the DP equals its brute force on Llama's fused-QKV grouped-query attention",

@@ -36,11 +36,11 @@ namespace detail_bf {
 
 // The stored-read rule, stated again here (not search/space.hpp's reads_stored_spec): a view
 // always reads its first input as stored; gelu, dropout, bias and scale unless it is Partial;
-// rotary unless it is Partial or splits the head (last) dim; in the standard space the add too.
+// rotary unless it splits the head (last) dim (Partial or not); in the standard space the add too.
 inline bool must_read_stored(OpKind kind, const ShardingSpec& stored, SearchSpace space) {
   if (kind == OpKind::view) return true;
-  if (stored.is_partial()) return false;
   if (kind == OpKind::rotary) return stored.dims()[stored.rank() - 1].empty();
+  if (stored.is_partial()) return false;
   if (kind == OpKind::add) return space == SearchSpace::standard;
   return kind == OpKind::gelu || kind == OpKind::dropout || kind == OpKind::bias ||
          kind == OpKind::scale;

@@ -3,15 +3,17 @@
 //
 // Design note: the block is pre-norm like GPT's, x + Attn(RMSNorm(x)), then y + SwiGLU(RMSNorm(y)),
 // with Llama's choices: RMSNorm (Zhang & Sennrich 2019: γ, no β, no mean), a SwiGLU MLP (Shazeer
-// 2020: gate and up projections h -> f, silu(gate)·up as one fused silu_mul op, down f -> h),
+// 2020: gate and up projections h -> f, fused into one h -> 2f projection whose columns interleave
+// gate and up, silu(gate)·up as one fused silu_mul op, down f -> h),
 // rotary position embeddings on q and k (Su et al. 2021; θ = rope_theta), grouped-query attention
 // (kv_heads dividing heads; K and V of kv_heads·d, d = hidden / heads), no dropout, and, by config
 // flags, no biases and an untied LM head. Q, K and V come from one fused projection (B, S,
 // n·(g+2)·d) in per-group order (each group's g query heads, its key head, its value head:
 // Megatron-LM's GQA layout), so the search carries one tensor through the projection, as for
 // GPT's fused QKV, where three projections would keep three live whose specs multiply its
-// states (a Llama3-8B block on a 2x2 mesh: minutes against seconds). V, a view of it, keeps the
-// fused buffer saved (2sb(h + 2nd) bytes, not 2sbnd). Q is viewed as (B, n, g, S, d) — n
+// states (a Llama3-8B block on a 2x2 mesh: minutes against seconds); gate and up likewise (on a
+// 3-axis mesh of 64 devices the two kept three quarters of a block's labels). V, a view of it,
+// keeps the fused buffer saved (2sb(h + 2nd) bytes, not 2sbnd). Q is viewed as (B, n, g, S, d) — n
 // key/value heads, g = heads / n query heads per group — and K, V as (B, n, S, d), so the attention
 // einsums carry a group index (bngqd,bnkd->bngqk and bngqk,bnkd->bngqd): a split of n (the
 // key/value heads) or of g (query heads within a group) is an einsum strategy like any other, and
@@ -60,10 +62,15 @@ constexpr TensorId swiglu(Graph& g, TensorId x, const SwiGluSpec& spec) {
   const DimExtent hidden = xs.dims()[xs.rank() - 1];
   if (spec.ffn_hidden < 1)
     detail::fail("carto: SwiGLU's ffn_hidden must be positive; got ", spec.ffn_hidden);
-  const LinearSpec in{.out_name = "ffn", .out_features = spec.ffn_hidden, .bias = spec.bias};
-  const TensorId gate = linear(g, x, in);     // (B, S, F)
-  const TensorId up = linear(g, x, in);       // (B, S, F)
-  const TensorId act = g.silu_mul(gate, up);  // (B, S, F)
+  // One fused gate/up projection (B, S, 2F) with gate and up columns interleaved (column (j, part)
+  // is 2j + part: split_heads with F heads of one column, two parts), so a split of its columns
+  // over any t | F devices gives each piece matching gate and up columns, and the DP sees one
+  // tensor where two projections would keep two live (their specs multiply the MLP's states).
+  const TensorId fused =
+      linear(g, x, {.out_name = "gate_up", .out_features = 2 * spec.ffn_hidden, .bias = spec.bias});
+  const TensorId gate = g.split_heads(fused, 2, 0, spec.ffn_hidden);  // (B, F, S, 1)
+  const TensorId up = g.split_heads(fused, 2, 1, spec.ffn_hidden);    // (B, F, S, 1)
+  const TensorId act = g.merge_heads(g.silu_mul(gate, up), "ffn");    // (B, S, F)
   return linear(g, act,
                 {.out_name = hidden.name, .out_features = hidden.extent, .bias = spec.bias});
 }

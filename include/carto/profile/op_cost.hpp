@@ -24,10 +24,10 @@
 // Llama-family ops: rmsnorm follows layernorm's rules with one parameter (gamma) and its
 // distributed_statistics variant all-reduces one fp32 partial sum per row (Σx²) in forward and one
 // (Σ dy·γ·x̂) in backward; silu_mul (silu(gate)·up) needs non-Partial inputs (it is nonlinear) of
-// one spec, the output's; rotary needs a non-Partial input, output alike, with the last (head) dim
-// unsplit, so that no rotation pair is cut. Grouped-query fused attention (q rank 5: (B, n, g, S,
-// d)) takes k and v split like q without its group dim.
-// The collectives themselves are described beside the cost model (carto/search/strategy.hpp).
+// one spec, the output's; rotary takes any spec with the last (head) dim unsplit, so that no
+// rotation pair is cut, output alike (Partial included: the rotation is linear). Grouped-query
+// fused attention (q rank 5: (B, n, g, S, d)) takes k and v split like q without its group dim. The
+// collectives themselves are described beside the cost model (carto/search/strategy.hpp).
 //
 // FLOPs: einsum 2·Π(letters) forward, and the same again for the gradient of each operand (input
 // grads for activations, weight grads for parameters): the papers' 2 FLOPs per multiply-add.
@@ -405,7 +405,6 @@ constexpr void check_strategy(const Graph& g, const Op& op, const OpSharding& s,
       fail_if(!(in(0) == out) || !(in(1) == out), "gate, up and the output need one spec");
       break;
     case OpKind::rotary:
-      fail_if(in(0).is_partial(), "rotary needs a non-Partial input; reduce it first");
       fail_if(!(in(0) == out), "the output spec must equal the input spec");
       fail_if(!out.dims()[out.rank() - 1].empty(),
               "rotary keeps the head dim unsplit (a split could cut a rotation pair)");

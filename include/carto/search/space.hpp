@@ -5,7 +5,7 @@
 //  - SearchSpace::full: every strategy of every op (or the subset the pins leave), every block
 //    laid out on its own with its own checkpoint flag. The one restriction (reads_stored_spec):
 //    a view reads its input as stored, and gelu, dropout, bias and scale read their input as
-//    stored unless it is Partial (rotary too, unless it is Partial or splits the head dim). The
+//    stored unless it is Partial (rotary unless it splits the head dim). The
 //    reference space, for small problems.
 //  - SearchSpace::standard (the default), the full space narrowed by three stated rules:
 //    1. mesh order: a dim split over several axes lists them in mesh order (outermost first),
@@ -207,10 +207,10 @@ namespace detail {
 // moving its input first costs what moving its output afterwards costs); gelu, dropout, bias and
 // scale do unless `stored` is Partial (the producer picks the spec they run in; a move before
 // such an op carries as many bytes as the same move after it, and a Partial input, which gelu,
-// dropout and bias cannot read, may be read in any spec); rotary does too unless `stored` is
-// Partial or splits the head dim, which rotary cannot read (its output has its input's shape and
-// dtype, so the same argument holds); in the standard space the add does too (rule 2: its first
-// input is the residual stream).
+// dropout and bias cannot read, may be read in any spec); rotary does too unless `stored` splits
+// the head dim, which rotary cannot read (it is linear, so it reads a Partial input; its output
+// has its input's shape and dtype, so the same argument holds); in the standard space the add does
+// too (rule 2: its first input is the residual stream).
 inline bool reads_stored_spec(OpKind kind, const ShardingSpec& stored, SearchSpace space) {
   switch (kind) {
     case OpKind::view: return true;
@@ -218,7 +218,7 @@ inline bool reads_stored_spec(OpKind kind, const ShardingSpec& stored, SearchSpa
     case OpKind::dropout:
     case OpKind::bias:
     case OpKind::scale: return !stored.is_partial();
-    case OpKind::rotary: return !stored.is_partial() && stored.dims().back().empty();
+    case OpKind::rotary: return stored.dims().back().empty();
     case OpKind::add: return space == SearchSpace::standard && !stored.is_partial();
     default: return false;
   }

@@ -46,8 +46,8 @@
 //    distributed_statistics with gamma split like the normalized dim), the statistics all-reduce
 //    one fp32 per row (Σx² forward, Σ dy·γ·x̂ backward) over each splitting axis.
 //  - silu_mul (SwiGLU's silu(gate)·up): every non-Partial spec, gate, up and output alike (add's
-//    rule without Partial, as silu is nonlinear). rotary: every non-Partial spec with the last
-//    (head) dim unsplit, output alike.
+//    rule without Partial, as silu is nonlinear). rotary: every spec with the last (head) dim
+//    unsplit, Partial included (the rotation is linear), output alike.
 //  - grouped-query fused attention (q (B, n, g, S, d)): q's specs as above, k and v split like q
 //    without the group dim; a split of g leaves k, v replicated over its axes and makes their
 //    gradients Partial over them.
@@ -245,8 +245,9 @@ inline std::vector<Strategy> enumerate_strategies(const Graph& g, OpId o, const 
     case OpKind::silu_mul:
       for (const ShardingSpec& x : plain) add({.inputs = {x, x}, .output = x});
       break;
-    case OpKind::rotary:
-      for (const ShardingSpec& x : plain) {
+    case OpKind::rotary:  // linear: a Partial input gives a Partial output
+      for (const ShardingSpec& x :
+           enumerate_specs(shape(0), mesh, {.partial = PartialSpecs::include})) {
         if (x.dims()[x.rank() - 1].empty()) add({.inputs = {x}, .output = x});
       }
       break;

@@ -21,7 +21,7 @@ TEST_CASE("einsum text is parsed into operands and contracted letters", "[graph]
   REQUIRE_THROWS_WITH(Einsum::parse("bs1,io->bs"), Catch::Contains("not an index letter"));
 }
 
-TEST_CASE("einsum output shapes come from the letters; extents must agree", "[graph][einsum]") {
+TEST_CASE("einsum output shapes come from the letters, extents must agree", "[graph][einsum]") {
   constexpr auto shape = [] {
     Graph g;
     const TensorId x = g.input(kX, DType::bf16);
@@ -39,7 +39,7 @@ TEST_CASE("einsum output shapes come from the letters; extents must agree", "[gr
                       Catch::Contains("operand 0 has rank 3 but 2 letters"));
 }
 
-TEST_CASE("a residual branch: a tensor feeds two ops; views alias their input", "[graph]") {
+TEST_CASE("a residual branch: a tensor feeds two ops, views alias their input", "[graph]") {
   Graph g;
   const TensorId x = g.input(kX, DType::bf16);
   const TensorId gamma = g.parameter({{"hidden", 10}}, DType::bf16);

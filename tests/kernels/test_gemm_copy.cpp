@@ -122,7 +122,7 @@ TEST_CASE("gemm rejects shapes that do not multiply", "[kernels][gemm]") {
   CHECK_THROWS_AS(backend.gemm(a, b2, c3, {}), Error);  // batch 2 is neither 3 nor 1
 }
 
-TEST_CASE("copy_box slices and places boxes exactly; accumulate adds", "[kernels][copy]") {
+TEST_CASE("copy_box slices and places boxes exactly, accumulate adds", "[kernels][copy]") {
   Backend& backend = test_backend();
   const DType dtype = CARTO_TEST_DTYPES();
   INFO(test_backend_name() << ", " << dtype);

@@ -39,7 +39,7 @@ TEST_CASE("Sequential checks and chains typed layers", "[layers][sequential]") {
   REQUIRE(no_drop.graph().num_params() == 64 * 64);
 }
 
-TEST_CASE("the typed transformer block equals the builder; Gpt<Config> equals profile_gpt",
+TEST_CASE("the typed transformer block equals the builder, Gpt<Config> equals profile_gpt",
           "[layers][gpt]") {
   Graph g;
   const TensorId x = g.input(X::shape_type::static_value(), DType::bf16);

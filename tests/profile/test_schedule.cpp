@@ -40,7 +40,7 @@ TEST_CASE("hand-computed peak of a tiny MLP (fp32, AdamW)", "[profile][schedule]
   REQUIRE(p.flops.matmul_step == 3 * 2 * (2 * 4 * 8 * 16));
 }
 
-TEST_CASE("GPT step: the peak covers the model states; everything is freed by the optimizer step",
+TEST_CASE("GPT step: the peak covers the model states, everything is freed by the optimizer step",
           "[profile][schedule]") {
   for (const char* name : {"gpt2-124m", "gpt2-350m"}) {
     for (AttentionKind attention : {AttentionKind::materialized, AttentionKind::fused}) {

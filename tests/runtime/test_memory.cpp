@@ -85,7 +85,7 @@ TEST_CASE("memory: buffers free exactly once, on destruction, move or reset", "[
                     Catch::Contains("12 bytes of temporaries is not a whole number"));
 }
 
-TEST_CASE("memory: random sequences keep the invariants; peaks match a replay", "[memory]") {
+TEST_CASE("memory: random sequences keep the invariants, peaks match a replay", "[memory]") {
   std::mt19937_64 rng(1234);
   for (int trial = 0; trial < 20; ++trial) {
     TrackedAllocator alloc;

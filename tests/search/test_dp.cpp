@@ -337,7 +337,7 @@ TEST_CASE("the DP's choices on a GPT block match their evaluation", "[search][dp
   }
 }
 
-TEST_CASE("a pruning tolerance keeps the fastest plan; a bad one is an error", "[search][dp]") {
+TEST_CASE("a pruning tolerance keeps the fastest plan, a bad one is an error", "[search][dp]") {
   // Tolerance pruning drops a label only for one at most as slow, so the fastest time is exact;
   // any ε ≥ 0 works (a huge one keeps about one label per state without overflowing).
   const Graph g =

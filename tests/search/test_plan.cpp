@@ -135,7 +135,7 @@ TEST_CASE("an infeasible budget states the least memory any plan needs", "[searc
   REQUIRE(search(tiny_graph, "tiny", 4, 2, hw, options).peak_memory_bytes == least);
 }
 
-TEST_CASE("pins fix an op's output spec; bad pins name themselves", "[search][plan]") {
+TEST_CASE("pins fix an op's output spec, bad pins name themselves", "[search][plan]") {
   const HardwareProfile hw = find_hardware_profile("h100");
   SearchOptions options;
   options.pins = {parse_pin("block.*.einsum0=R,R,S(x)")};  // column-parallel QKV in every block
@@ -295,7 +295,7 @@ TEST_CASE("the standard space keeps axes in mesh order and is covered by the ful
                           Catch::Contains("keep a dim's axes in mesh order"));
 }
 
-TEST_CASE("plans round-trip through JSON; wrong files name the field", "[search][plan]") {
+TEST_CASE("plans round-trip through JSON, wrong files name the field", "[search][plan]") {
   const HardwareProfile hw = find_hardware_profile("h100");
   SearchOptions options;
   options.micro_batches = {1, 2};

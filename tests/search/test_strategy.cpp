@@ -293,7 +293,7 @@ TEST_CASE("embedding and cross-entropy: vocab-parallel and token splits", "[sear
   REQUIRE(find(ce, {"S(dp),S(tp),R", "S(dp),S(tp)"}).forward.empty());
 }
 
-TEST_CASE("views keep or move a split; a hidden split becomes a heads split",
+TEST_CASE("views keep or move a split, a hidden split becomes a heads split",
           "[search][strategy]") {
   Graph g;
   const TensorId x = g.input({{"b", 2}, {"s", 8}, {"f", 3 * 16}}, DType::bf16);

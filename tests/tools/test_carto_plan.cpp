@@ -167,7 +167,7 @@ TEST_CASE("carto-plan plan: JSON fields, the frontier and a budget no plan meets
   REQUIRE_THAT(pin.output, Catch::Contains("pin 'nothing=R' names no op"));
 }
 
-TEST_CASE("carto-plan plan --mesh searches one mesh; --time-limit stops the search",
+TEST_CASE("carto-plan plan --mesh searches one mesh, --time-limit stops the search",
           "[tools][plan]") {
   const std::string model =
       "plan --layers 2 --hidden 32 --heads 4 --vocab 64 --seq 16 --batch 4 --memory 1GiB ";
@@ -190,9 +190,9 @@ TEST_CASE("carto-plan plan --mesh searches one mesh; --time-limit stops the sear
   const std::pair<const char*, const char*> bad[] = {
       {"--devices 4 --mesh x=8", "--mesh x=8 has 8 devices; --devices is 4"},
       {"--devices 4 --mesh x=", "--mesh:"},
-      {"--devices 4 --time-limit 0", "--time-limit needs a positive number of seconds, got '0'"},
+      {"--devices 4 --time-limit 0", "--time-limit needs a positive number, got '0'"},
       {"--devices 4 --time-limit soon",
-       "--time-limit needs a positive number of seconds, got 'soon'"},
+       "--time-limit needs a positive number, got 'soon'"},
       {"--devices 4 --space sideways", "--space is one of standard|full, got 'sideways'"},
   };
   for (const auto& [args, message] : bad) {

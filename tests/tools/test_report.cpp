@@ -242,7 +242,7 @@ TEST_CASE("the memory timeline of a plan that checkpoints every block", "[tools]
   REQUIRE(page.find("recompute") != std::string::npos);
 }
 
-TEST_CASE("a plan file's precision builds the report's graph; none recorded reads as fp32",
+TEST_CASE("a plan file's precision builds the report's graph, none recorded reads as fp32",
           "[tools][report][cli]") {
   // The report of an fp32 plan whose file records no precision (as files were written before it
   // was recorded) is the report of the same file with "precision": "fp32"; a bf16 plan's report

@@ -167,6 +167,31 @@ TEST_CASE("carto-plan plan: JSON fields, the frontier and a budget no plan meets
   REQUIRE_THAT(pin.output, Catch::Contains("pin 'nothing=R' names no op"));
 }
 
+TEST_CASE("carto-plan plan --attention fused plans the fused attention op", "[tools][plan]") {
+  const std::string model =
+      "plan --layers 2 --hidden 32 --heads 4 --vocab 64 --seq 64 --devices 1 "
+      "--batch 4 --memory 1GiB --checkpoint none ";
+  // The ops of each plan by kind, and its predicted peak.
+  auto kinds = [](const Json& j) {
+    std::string names;
+    for (const Json& op : j.at("ops").as_array()) names += op.at("name").as_string() + " ";
+    return names;
+  };
+  const Json materialized = command_json(model);
+  const Json fused = command_json(model + "--attention fused");
+  REQUIRE_THAT(kinds(materialized), Catch::Contains("block.0.softmax0"));
+  REQUIRE_THAT(kinds(materialized), !Catch::Contains("fused_attention"));
+  REQUIRE_THAT(kinds(fused), Catch::Contains("block.0.fused_attention0"));
+  REQUIRE_THAT(kinds(fused), !Catch::Contains("softmax0 "));
+  // Without checkpointing the materialized plan keeps each block's (B, a, S, S) scores and
+  // probabilities; the fused one keeps none of them, so its peak is lower.
+  REQUIRE(fused.at("predicted").at("peak_memory_bytes").as_int() <
+          materialized.at("predicted").at("peak_memory_bytes").as_int());
+  const Run bad = run(model + "--attention flash");
+  REQUIRE(bad.code == 2);
+  REQUIRE_THAT(bad.output, Catch::Contains("--attention is one of materialized|fused"));
+}
+
 TEST_CASE("carto-plan plan --mesh searches one mesh, --time-limit stops the search",
           "[tools][plan]") {
   const std::string model =
@@ -191,8 +216,7 @@ TEST_CASE("carto-plan plan --mesh searches one mesh, --time-limit stops the sear
       {"--devices 4 --mesh x=8", "--mesh x=8 has 8 devices; --devices is 4"},
       {"--devices 4 --mesh x=", "--mesh:"},
       {"--devices 4 --time-limit 0", "--time-limit needs a positive number, got '0'"},
-      {"--devices 4 --time-limit soon",
-       "--time-limit needs a positive number, got 'soon'"},
+      {"--devices 4 --time-limit soon", "--time-limit needs a positive number, got 'soon'"},
       {"--devices 4 --space sideways", "--space is one of standard|full, got 'sideways'"},
   };
   for (const auto& [args, message] : bad) {

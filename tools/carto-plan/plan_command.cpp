@@ -39,6 +39,8 @@ std::vector<cli::FlagSpec> plan_flags() {
           {"micro-batches", true, "candidate micro-batch counts, comma-separated (default 1)"},
           {"zero", true, "candidate ZeRO stages, comma-separated (default 0,1,2,3)"},
           {"dtype", true, "bf16 (mixed precision) or fp32"},
+          {"attention", true,
+           "materialized (default: the scores are a tensor) or fused (flash-style, one op)"},
           {"gradient-reduction", true,
            "dtype of the gradient all-reduce: bf16 (default under --dtype bf16) or fp32"},
           {"checkpoint", true, "search (default), none or all"},
@@ -202,7 +204,10 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
   }
 
   if (flags.has("frontier")) options.time_bounds = false;
-  const ProfileOptions profile{.precision = options.precision};
+  ProfileOptions profile{.precision = options.precision};
+  if (auto v = flags.choice("attention", {"materialized", "fused"})) {
+    profile.attention = *v == "fused" ? AttentionKind::fused : AttentionKind::materialized;
+  }
   auto make_graph = [&](std::int64_t micro_batch) {
     ProfileOptions o = profile;
     o.batch = micro_batch;

@@ -15,28 +15,20 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "html.hpp"  // carto-plan's HTML report (target carto_plan_report)
+#include "plan_args.hpp"
 #include "report.hpp"
 
 int main(int argc, char** argv) {
   using namespace carto;
   try {
-    std::string out_dir = ".";
-    bool all_meshes = false;
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      if (arg == "--all-meshes") {
-        all_meshes = true;
-      } else if (arg.rfind("--", 0) == 0) {
-        std::cerr << "plan_gpt3: unknown flag '" << arg
-                  << "'; usage: plan_gpt3 [OUT_DIR] [--all-meshes]\n";
-        return 2;
-      } else {
-        out_dir = arg;
-      }
-    }
+    const std::optional<PlanArgs> args = parse_plan_args(argc, argv, "plan_gpt3");
+    if (!args) return 2;
+    const bool all_meshes = args->all_meshes;
+    const std::string& out_dir = args->out_dir;
     const GptConfig gpt3 = *find_model("gpt3-175b");
     constexpr std::int64_t kDevices = 1024, kGlobalBatch = 1536;
     // 8 H100s per node over NVLink; enough nodes joined by InfiniBand for 1024 devices.

@@ -68,3 +68,37 @@ TEST_CASE("the MLP's width ffn_ratio * H is checked, not wrapped", "[layers][ove
                                  }) == 2);
   }
 }
+
+TEST_CASE("grouped-query attention's fused QKV width is checked, not wrapped",
+          "[layers][overflow][llama]") {
+  // One head and one key/value head: the fused QKV is (1 + 2) * head_dim = 3 * hidden wide.
+  REQUIRE(refusals_around_edge(3, 3, "the fused QKV width (heads + 2 kv_heads) * head_dim",
+                               [](Graph& g, TensorId x) {
+                                 return grouped_query_attention(
+                                     g, x,
+                                     {.heads = 1, .kv_heads = 1, .kind = AttentionKind::fused});
+                               }) == 3);
+}
+
+TEST_CASE("SwiGLU's fused gate/up width 2 * ffn_hidden is checked, not wrapped",
+          "[layers][overflow][llama]") {
+  for (const std::int64_t ffn : {kMax / 2 - 1, kMax / 2, kMax / 2 + 1, kMax}) {
+    INFO("ffn_hidden " << ffn);
+    Graph g{};
+    const TensorId x = g.input({{"batch", 1}, {"seq", 1}, {"hidden", 1}}, DType::bf16);
+    std::string error;
+    try {
+      (void)swiglu(g, x, {.ffn_hidden = ffn});
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    std::int64_t width = 0;
+    if (__builtin_mul_overflow(std::int64_t{2}, ffn, &width)) {
+      REQUIRE_THAT(error, Catch::Contains("the fused gate/up width 2 * ffn_hidden") &&
+                              Catch::Contains("overflows"));
+    } else {
+      REQUIRE(error.find("gate/up width") == std::string::npos);
+      REQUIRE(g.tensors()[1].shape.dims()[1].extent == width);  // the (hidden, 2f) weight
+    }
+  }
+}

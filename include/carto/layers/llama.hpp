@@ -66,8 +66,10 @@ constexpr TensorId swiglu(Graph& g, TensorId x, const SwiGluSpec& spec) {
   // is 2j + part: split_heads with F heads of one column, two parts), so a split of its columns
   // over any t | F devices gives each piece matching gate and up columns, and the DP sees one
   // tensor where two projections would keep two live (their specs multiply the MLP's states).
+  const std::int64_t width =
+      checked_mul(2, spec.ffn_hidden, "the fused gate/up width 2 * ffn_hidden");
   const TensorId fused =
-      linear(g, x, {.out_name = "gate_up", .out_features = 2 * spec.ffn_hidden, .bias = spec.bias});
+      linear(g, x, {.out_name = "gate_up", .out_features = width, .bias = spec.bias});
   const TensorId gate = g.split_heads(fused, 2, 0, spec.ffn_hidden);  // (B, F, S, 1)
   const TensorId up = g.split_heads(fused, 2, 1, spec.ffn_hidden);    // (B, F, S, 1)
   const TensorId act = g.merge_heads(g.silu_mul(gate, up), "ffn");    // (B, S, F)
@@ -102,8 +104,10 @@ constexpr TensorId grouped_query_attention(Graph& g, TensorId x, const GqaSpec& 
   // heads, its key head and its value head (Megatron-LM's GQA layout), so a split of its columns
   // over t | n devices keeps whole groups, and the DP sees one tensor where three projections
   // would keep three live (their specs multiply the states of the attention branch).
+  const std::int64_t qkv_width =
+      checked_product("the fused QKV width (heads + 2 kv_heads) * head_dim", {n, group + 2, d});
   const TensorId qkv =
-      linear(g, x, {.out_name = "qkv", .out_features = n * (group + 2) * d, .bias = spec.bias});
+      linear(g, x, {.out_name = "qkv", .out_features = qkv_width, .bias = spec.bias});
   const TensorId q = g.rotary(g.split_groups(qkv, n, group, group + 2),
                               spec.rope_theta);  // (B, n, g, S, d)
   const TensorId k =

@@ -1,6 +1,6 @@
 // fuzz/plan_seed.cpp — writes the seed plans of fuzz/corpus/plan/ (how they were made; not a
 // fuzzer): the fastest plan of plan_model.hpp's model on 2 devices and on a 2x2 mesh.
-// Built with g++ (clang 14 does not compile search()), from the repository root:
+// Built with g++ or clang++ (14 or later), from the repository root:
 //   g++ -std=c++20 -O1 -Iinclude fuzz/plan_seed.cpp -o /tmp/plan_seed
 //   /tmp/plan_seed 2 > fuzz/corpus/plan/gpt-2.json;  /tmp/plan_seed 4 > fuzz/corpus/plan/gpt-4.json
 #include <carto/search.hpp>

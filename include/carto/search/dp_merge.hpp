@@ -119,7 +119,9 @@ class DpMerge : public DpBase {
     };
     auto later = [](const Cursor& x, const Cursor& y) { return label_order(y.pair, x.pair); };
     std::vector<Cursor> heap;
-    for (const auto& [state, list] : jobs) {
+    for (const auto& entry : jobs) {  // not a structured binding: the lambdas below capture it
+      const State& state = entry.first;
+      const std::vector<Job>& list = entry.second;
       check_deadline();
       const bool all_flat = std::all_of(list.begin(), list.end(),
                                         [](const Job& j) { return j.outer_flat && j.exit->flat; });

@@ -433,6 +433,60 @@ TEST_CASE("the DP equals its brute force on Llama's fused gate/up SwiGLU MLP",
   require_dp_matches_brute_force_1d(g);
 }
 
+TEST_CASE("an untied embedding does not split the vocabulary in the standard space, a tied one may",
+          "[search][dp][llama]") {
+  // Rule 4 (search/space.hpp): a gather whose table no other op reads keeps the table's rows
+  // unsplit in the standard space; the full space and a tied table (read again by the LM head)
+  // keep the vocabulary split. The DP equals the brute force, which states the rule again, on an
+  // untied embedding feeding a chain of two blocks.
+  auto embedded = [](bool tied) {
+    Graph g{};
+    const TensorId ids = g.input({{"batch", 4}, {"seq", 2}}, DType::fp32, TensorKind::index);
+    g.begin_group("embedding", GroupKind::embedding);
+    const TensorId table = g.parameter({{"vocab", 8}, {"hidden", 8}}, DType::bf16);
+    TensorId x = g.gather(table, ids);
+    g.end_group();
+    for (int i = 0; i < 2; ++i) {
+      g.begin_group(LayerName("block.").append(i), GroupKind::transformer_block);
+      x = g.add(x, linear(g, rms_norm(g, x),
+                          {.out_name = "hidden", .out_features = 8, .bias = Bias::none}));
+      g.end_group();
+    }
+    if (tied) {
+      g.begin_group("lm_head", GroupKind::head);
+      x = lm_head(g, x, table, LmHeadWeights::tied, 8);
+      g.end_group();
+    }
+    return g;
+  };
+  const HardwareProfile hw = find_hardware_profile("h100");
+  const DeviceMesh mesh = parse_mesh("x=2");
+  const char* vocab_split = "embedding.gather0=R,R,R|P(x)";
+  for (const SearchSpace space : {SearchSpace::standard, SearchSpace::full}) {
+    for (const bool tied : {false, true}) {
+      if (space == SearchSpace::full && tied) continue;  // the full space's brute force: 40 s more
+      INFO(to_string_view(space) << " space, " << (tied ? "tied" : "untied"));
+      const Graph g = embedded(tied);
+      const DpOptions o{.checkpoint = CheckpointChoice::search, .space = space};
+      const StrategyFilter pin = pin_filter(g, mesh, {parse_pin(vocab_split)});
+      if (space == SearchSpace::standard && !tied) {
+        REQUIRE_THROWS_WITH(
+            dp_frontier(g, mesh, hw, o, pin),
+            Catch::Contains("embedding.gather0") &&
+                Catch::Contains("an untied embedding does not split the vocabulary"));
+        REQUIRE_THROWS_WITH(brute_force_frontier(g, mesh, hw, o, pin),
+                            Catch::Contains("has no strategy"));
+      } else {
+        const DpResult pinned = dp_frontier(g, mesh, hw, o, pin);
+        REQUIRE(!pinned.frontier.empty());
+        require_equal(pinned.frontier, brute_force_frontier(g, mesh, hw, o, pin));
+      }
+      const DpResult dp = dp_frontier(g, mesh, hw, o);
+      require_equal(dp.frontier, brute_force_frontier(g, mesh, hw, o));
+    }
+  }
+}
+
 TEST_CASE("the DP equals its brute force on Llama's fused-QKV grouped-query attention",
           "[search][dp][llama]") {
   // grouped_query_attention as build_llama writes it: one QKV projection in per-group order, q

@@ -8,7 +8,8 @@
 // DP's tables:
 //  - every space: each op's strategy is allowed (pins), and an op reads its first input as stored
 //    where reads_stored_spec says so;
-//  - standard: strategies in mesh order; in each chain (block_chains) the first k blocks are
+//  - standard: strategies in mesh order, an untied embedding's table not split by rows; in each
+//  chain (block_chains) the first k blocks are
 //    checkpointed, for every k the options allow; within one class, the blocks after the first
 //    all run the second block's strategies σ, and the first block runs σ too when it receives its
 //    input in σ's output spec, else any strategies whose output spec is σ's; a class of one block
@@ -44,6 +45,18 @@ inline bool must_read_stored(OpKind kind, const ShardingSpec& stored, SearchSpac
   if (kind == OpKind::add) return space == SearchSpace::standard;
   return kind == OpKind::gelu || kind == OpKind::dropout || kind == OpKind::bias ||
          kind == OpKind::scale;
+}
+
+// Rule 4, stated again: a gather (embedding) whose table (input 0) is an input of no other op
+// splits the table's rows (the vocabulary) over no axis.
+inline bool untied_table_split(const Graph& g, std::size_t k, const Strategy& s) {
+  const Op& op = g.ops()[k];
+  if (op.kind != OpKind::gather || s.sharding.inputs[0].dims()[0].empty()) return false;
+  std::size_t readers = 0;
+  for (const Op& other : g.ops()) {
+    for (const TensorId t : other.inputs) readers += t == op.inputs[0] ? 1 : 0;
+  }
+  return readers == 1;
 }
 
 // Mesh order, stated again: in every spec of the strategy, a dim's axes by increasing mesh index.
@@ -93,6 +106,7 @@ inline std::vector<DpPoint> brute_force_frontier(const Graph& g, const DeviceMes
                         filter.allowed[k].end())
         continue;
       if (standard && !detail_bf::ordered(all[k][i], mesh)) continue;
+      if (standard && detail_bf::untied_table_split(g, k, all[k][i])) continue;
       allowed[k].push_back(i);
     }
     if (allowed[k].empty()) carto::detail::fail("brute force: op ", k, " has no strategy");

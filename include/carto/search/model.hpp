@@ -249,7 +249,8 @@ class DpModel {
       for (std::size_t i : pick) {
         if (i >= all.size())
           fail("carto: strategy index ", i, " of op ", k, " is out of range (", all.size(), ")");
-        if (ordered && !in_mesh_order(all[i], mesh)) continue;  // the standard space's rule 1
+        if (ordered && !in_mesh_order(all[i], mesh)) continue;      // the standard space's rule 1
+        if (ordered && untied_vocab_split(g, k, all[i])) continue;  // and its rule 4
         choices.push_back(make(k, all[i], i));
       }
       op_choices_[k] = pool_.size();
@@ -258,8 +259,9 @@ class DpModel {
       if (pool_.back().empty()) {
         fail("carto: op ", op_names(g)[k], " (", to_string_view(g.ops()[k].kind),
              ") has no strategy left on mesh ", mesh,
-             ordered ? " whose specs keep a dim's axes in mesh order (the standard search space); "
-                       "drop the pin that asks for another order or search the full space"
+             ordered ? " that the standard search space allows (rule 1: a dim's axes in mesh "
+                       "order; rule 4: an untied embedding does not split the vocabulary); drop "
+                       "the pin that asks for it or search the full space"
                      : "; drop the pin that removes them");
       }
     }

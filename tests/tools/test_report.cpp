@@ -8,6 +8,8 @@
 #include <carto/cost.hpp>
 #include <carto/layers.hpp>
 #include <carto/search.hpp>
+#include <carto/util/json.hpp>
+#include <carto/util/units.hpp>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -206,6 +208,63 @@ TEST_CASE("carto-plan report and plan --report", "[tools][report][cli]") {
   r = run("report " + dir + "/absent.json -o " + dir + "/x.html " + kTinyFlags);
   REQUIRE(r.code == 2);
   REQUIRE(r.output.find("absent.json") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("carto-plan report of a Llama plan, and of a plan read with the other model's flags",
+          "[tools][report][cli]") {
+  const std::string dir = temp_dir();
+  const std::string llama_path = dir + "/llama.json", gpt_path = dir + "/gpt.json";
+  auto run = [](const std::string& args) { return carto::testing::run_carto_plan(args); };
+  const std::string setup = " --gpus-per-node 2 --memory 1GiB --attention fused";
+  auto r = run("plan " + kTinyLlamaFlags + " --devices 4" + setup + " --out " + llama_path +
+               " --report " + dir + "/direct.html");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  r = run("report " + llama_path + " -o " + dir + "/llama.html " + kTinyLlamaFlags + setup);
+  REQUIRE(r.code == 0);
+
+  const Json plan = Json::parse(read_file(llama_path));
+  REQUIRE(plan.at("model").as_string() == "llama3-8b");
+  const LlamaConfig preset = *find_llama("llama3-8b");
+  const std::string model = "llama3-8b (Llama): 2 layers, hidden 64, 8 heads, " +
+                            std::to_string(preset.kv_heads) + " kv heads, SwiGLU width " +
+                            std::to_string(preset.ffn_hidden) + ", vocabulary 128, sequence 16";
+  const std::string peak =
+      format_bytes(plan.at("predicted").at("peak_memory_bytes").as_int()) + " per device";
+  const std::string step =
+      tools::report_detail::duration(plan.at("predicted").at("step_time_s").as_double());
+  for (const char* name : {"/direct.html", "/llama.html"}) {
+    const std::string page = read_file(dir + name);
+    INFO(name);
+    REQUIRE_FALSE(xml_problem(without_doctype(page)));
+    CHECK(page.find("<tr><th>model</th><td>" + model) != std::string::npos);
+    CHECK(page.find("<tr><th>predicted peak memory</th><td>" + peak + "</td>") !=
+          std::string::npos);
+    CHECK(page.find("<tr><th>predicted step time</th><td>" + step + "</td>") != std::string::npos);
+    CHECK(page.find("fused_attention") != std::string::npos);  // the Llama graph, fused
+  }
+
+  // A Llama plan read with GPT flags, a GPT plan with Llama flags, the Llama plan's graph with
+  // materialized attention: each refused naming the fingerprint, exit code 2.
+  r = run("plan " + kTinyFlags + " --devices 4" + setup + " --out " + gpt_path);
+  REQUIRE(r.code == 0);
+  for (const std::string& args :
+       {"report " + llama_path + " " + kTinyFlags + setup,
+        "report " + gpt_path + " " + kTinyLlamaFlags + setup,
+        "report " + llama_path + " " + kTinyLlamaFlags + " --gpus-per-node 2 --memory 1GiB"}) {
+    r = run(args + " -o " + dir + "/x.html");
+    INFO(args << ": " << r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("fingerprint") != std::string::npos);
+    CHECK(r.output.find("another model") != std::string::npos);
+  }
+  // Without model flags the model is the preset the file names: llama3-8b (not the cut-down one).
+  r = run("report " + llama_path + " -o " + dir + "/x.html --batch 4" + setup);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("another model ('llama3-8b')") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir + "/x.html"));
   std::filesystem::remove_all(dir);
 }
 

@@ -21,6 +21,10 @@ inline constexpr std::int64_t kBatch = 4;
 inline const std::string kTinyFlags =
     "--layers 2 --hidden 32 --heads 4 --vocab 64 --seq 16 --batch 4";
 
+// A Llama preset cut down by the size flags (it keeps llama3-8b's 8 kv heads and SwiGLU width).
+inline const std::string kTinyLlamaFlags =
+    "--model llama3-8b --layers 2 --hidden 64 --heads 8 --vocab 128 --seq 16 --batch 4";
+
 inline Graph tiny_graph(std::int64_t micro_batch) {
   return build_gpt(kTiny, {.batch = micro_batch});
 }

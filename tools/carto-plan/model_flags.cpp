@@ -74,4 +74,28 @@ std::optional<LlamaConfig> llama_from_flags(const cli::Flags& flags, const std::
   return config;
 }
 
+ModelChoice choose_model(const cli::Flags& flags, const std::string& command) {
+  if (std::optional<LlamaConfig> llama = llama_from_flags(flags, command)) {
+    return {.gpt = {.name = llama->name,
+                    .layers = llama->layers,
+                    .hidden = llama->hidden,
+                    .heads = llama->heads,
+                    .vocab = llama->vocab,
+                    .seq = llama->seq,
+                    .tied_lm_head = llama->tied_lm_head},
+            .llama = llama};
+  }
+  return {.gpt = model_from_flags(flags, command), .llama = std::nullopt};
+}
+
+Graph build_model(const ModelChoice& model, const ProfileOptions& options) {
+  return model.llama ? build_llama(*model.llama, options) : build_gpt(model.gpt, options);
+}
+
+std::optional<AttentionKind> attention_from_flags(const cli::Flags& flags) {
+  const std::optional<std::string> v = flags.choice("attention", {"materialized", "fused"});
+  if (!v) return std::nullopt;
+  return *v == "fused" ? AttentionKind::fused : AttentionKind::materialized;
+}
+
 }  // namespace carto::tools

@@ -20,4 +20,20 @@ GptConfig model_from_flags(const cli::Flags& flags, const std::string& command);
 // applied; nullopt when --model names no Llama preset.
 std::optional<LlamaConfig> llama_from_flags(const cli::Flags& flags, const std::string& command);
 
+// The model the flags describe: a Llama preset (`llama` set) or a GPT. A Llama's sizes also fill
+// `gpt`'s name, layers, hidden, heads, vocab, seq and tied head, the fields the subcommands print.
+struct ModelChoice {
+  GptConfig gpt;
+  std::optional<LlamaConfig> llama;
+};
+
+// llama_from_flags when --model names a Llama preset, model_from_flags otherwise.
+ModelChoice choose_model(const cli::Flags& flags, const std::string& command);
+
+// build_llama's graph of a Llama, build_gpt's of a GPT.
+Graph build_model(const ModelChoice& model, const ProfileOptions& options);
+
+// --attention materialized|fused; nullopt when not given.
+std::optional<AttentionKind> attention_from_flags(const cli::Flags& flags);
+
 }  // namespace carto::tools

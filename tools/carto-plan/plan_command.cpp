@@ -93,16 +93,8 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
         << flags.help();
     return 0;
   }
-  // A Llama preset plans build_llama's graph; its sizes fill the GPT fields reports show.
-  const std::optional<LlamaConfig> llama = llama_from_flags(flags, "plan");
-  const GptConfig config = llama ? GptConfig{.name = llama->name,
-                                             .layers = llama->layers,
-                                             .hidden = llama->hidden,
-                                             .heads = llama->heads,
-                                             .vocab = llama->vocab,
-                                             .seq = llama->seq,
-                                             .tied_lm_head = llama->tied_lm_head}
-                                 : model_from_flags(flags, "plan");
+  // A Llama preset plans build_llama's graph.
+  const ModelChoice model = choose_model(flags, "plan");
   const std::int64_t devices =
       flags.positive_at_most("devices", kMaxDevices, "2^20, beyond any cluster built").value_or(0);
   if (devices == 0) throw cli::UsageError("plan: give --devices N");
@@ -205,15 +197,13 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
 
   if (flags.has("frontier")) options.time_bounds = false;
   ProfileOptions profile{.precision = options.precision};
-  if (auto v = flags.choice("attention", {"materialized", "fused"})) {
-    profile.attention = *v == "fused" ? AttentionKind::fused : AttentionKind::materialized;
-  }
+  if (auto v = attention_from_flags(flags)) profile.attention = *v;
   auto make_graph = [&](std::int64_t micro_batch) {
     ProfileOptions o = profile;
     o.batch = micro_batch;
-    return llama ? build_llama(*llama, o) : build_gpt(config, o);
+    return build_model(model, o);
   };
-  const Plan plan = search(make_graph, config.name, batch, devices, hw, options);
+  const Plan plan = search(make_graph, model.gpt.name, batch, devices, hw, options);
 
   const Json j = to_json(plan);
   if (auto path = flags.text("out")) save_plan(plan, *path);
@@ -222,7 +212,7 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
       return make_graph(micro_batch);
     };
     write_plan_report(*path, plan, make_graph(batch / plan.micro_batches), graph_of,
-                      describe_model(config), hw, options.memory_budget, batch,
+                      describe_model(model), hw, options.memory_budget, batch,
                       flags.text("compare"));
   } else if (flags.has("compare")) {
     throw cli::UsageError("plan: --compare needs --report FILE.html");

@@ -72,24 +72,16 @@ int profile_command(const std::vector<std::string>& args, std::ostream& out) {
   }
 
   // A Llama preset profiles build_llama's graph; its sizes fill the GPT fields the output shows.
-  const std::optional<LlamaConfig> llama = llama_from_flags(flags, "profile");
-  const GptConfig config = llama ? GptConfig{.name = llama->name,
-                                             .layers = llama->layers,
-                                             .hidden = llama->hidden,
-                                             .heads = llama->heads,
-                                             .vocab = llama->vocab,
-                                             .seq = llama->seq,
-                                             .tied_lm_head = llama->tied_lm_head}
-                                 : model_from_flags(flags, "profile");
+  const ModelChoice model = choose_model(flags, "profile");
+  const GptConfig& config = model.gpt;
+  const std::optional<LlamaConfig>& llama = model.llama;
 
   ProfileOptions options;
   if (auto v = flags.positive("batch")) options.batch = *v;
   if (auto v = flags.choice("dtype", {"bf16", "fp32"})) {
     options.precision = *v == "fp32" ? Precision::fp32 : Precision::mixed_bf16;
   }
-  if (auto v = flags.choice("attention", {"materialized", "fused"})) {
-    options.attention = *v == "fused" ? AttentionKind::fused : AttentionKind::materialized;
-  }
+  if (auto v = attention_from_flags(flags)) options.attention = *v;
   if (auto v = flags.choice("recompute", {"none", "full"})) {
     options.recompute = *v == "full" ? Recompute::full : Recompute::none;
   }

@@ -1,18 +1,20 @@
 // carto-plan report: the HTML report of a saved plan.
 //
 //   carto-plan report PLAN.json -o PLAN.html [--compare OTHER.json] [--model NAME | size flags]
-//                     [--batch N] [--hardware NAME] [--gpus-per-node N] [--memory SIZE]
-//                     [--measured RUN.json]
+//                     [--batch N] [--attention KIND] [--hardware NAME] [--gpus-per-node N]
+//                     [--memory SIZE] [--measured RUN.json]
 //   carto-plan report RUN.json -o RUN.html      (RUN.json: carto-demo's --json report)
 //
 // Design note: a plan file names its model and records its mesh, micro-batches and precision, but
 // not the global batch, the hardware or the budget it was searched under; those come from the same
 // flags `plan` takes (the model defaults to the preset the file names). The graph is rebuilt from
 // them and the file is checked against it (plan_from_json), so a wrong --batch is an error naming
-// the fingerprint, not a wrong picture. A training run's report (carto-demo --json, which holds
-// the plan it trained, the model's sizes, the batch, the hardware profile and the budget) fills in
-// every flag not given, and its measurements are drawn beside the prediction; a run of another
-// plan than PLAN.json is refused.
+// the fingerprint, not a wrong picture. A Llama preset (--model llama3-8b and its size flags)
+// builds build_llama's graph, as `plan` did; a plan of one architecture read with the other's flags
+// fails the same check. A training run's report (carto-demo --json, which holds the plan it
+// trained, the model's sizes, the batch, the hardware profile and the budget) fills in every flag
+// not given, and its measurements are drawn beside the prediction; a run of another plan than
+// PLAN.json is refused.
 #include "report_command.hpp"
 
 #include <carto/util/files.hpp>
@@ -48,6 +50,8 @@ std::vector<cli::FlagSpec> report_flags() {
                    {"out", true, "the HTML file to write (also -o)"},
                    {"compare", true, "another plan file of the same model, shown beside it"},
                    {"batch", true, "the global batch the plan was made for (default 1)"},
+                   {"attention", true,
+                    "materialized (default) or fused: the --attention the plan was made with"},
                    {"hardware", true, "h100 (default), h200, a100, pcie, cpu, or a profile file"},
                    {"gpus-per-node", true, "devices per node of the hardware"},
                    {"memory", true, "the memory budget per device (default: the device's)"},
@@ -65,6 +69,18 @@ std::string describe_model(const GptConfig& c) {
          std::to_string(c.hidden) + ", " + std::to_string(c.heads) + " heads, vocabulary " +
          std::to_string(c.vocab) + ", sequence " + std::to_string(c.seq) + ", MLP ×" +
          std::to_string(c.ffn_ratio) + (c.tied_lm_head ? ", tied LM head" : ", untied LM head");
+}
+
+std::string describe_model(const LlamaConfig& c) {
+  return std::string(c.name) + " (Llama): " + std::to_string(c.layers) + " layers, hidden " +
+         std::to_string(c.hidden) + ", " + std::to_string(c.heads) + " heads, " +
+         std::to_string(c.kv_heads) + " kv heads, SwiGLU width " + std::to_string(c.ffn_hidden) +
+         ", vocabulary " + std::to_string(c.vocab) + ", sequence " + std::to_string(c.seq) +
+         (c.tied_lm_head ? ", tied LM head" : ", untied LM head");
+}
+
+std::string describe_model(const ModelChoice& model) {
+  return model.llama ? describe_model(*model.llama) : describe_model(model.gpt);
 }
 
 namespace {
@@ -213,7 +229,8 @@ int report_command(const std::vector<std::string>& raw, std::ostream& out) {
   } else if (!model_given) {
     const Json j = plan_json_of(plan_file, *plan_path);
     const Json* name = j.is_object() ? j.find("model") : nullptr;
-    if (name == nullptr || !name->is_string() || !find_model(name->as_string()))
+    if (name == nullptr || !name->is_string() ||
+        (!find_model(name->as_string()) && !find_llama(name->as_string())))
       throw cli::UsageError(
           "report: the plan file does not name a preset model; give --model or the size flags");
     args.insert(args.end(), {"--model", name->as_string()});
@@ -228,17 +245,19 @@ int report_command(const std::vector<std::string>& raw, std::ostream& out) {
       args.insert(args.end(), {"--memory", run_int(run, {"budget_bytes"})});
   }
   const cli::Flags flags("report", specs, args);
-  const GptConfig config = model_from_flags(flags, "report");
+  const ModelChoice model = choose_model(flags, "report");
+  const AttentionKind attention = attention_from_flags(flags).value_or(ProfileOptions{}.attention);
   const std::int64_t batch = flags.positive("batch").value_or(1);
   // A run records its dropout (carto-demo's default is 0); a plan file alone: the profiler's.
   const Json* run_dropout = run_path ? run_member(run, {"model", "dropout"}) : nullptr;
   const double dropout = run_dropout != nullptr && run_dropout->is_number()
                              ? run_dropout->as_double()
                              : ProfileOptions{}.dropout;
-  const GraphMaker make_graph = [&config, dropout](std::int64_t micro_batch, Precision precision) {
-    ProfileOptions o{.precision = precision, .dropout = dropout};
+  const GraphMaker make_graph = [&model, dropout, attention](std::int64_t micro_batch,
+                                                             Precision precision) {
+    ProfileOptions o{.precision = precision, .attention = attention, .dropout = dropout};
     o.batch = micro_batch;
-    return build_gpt(config, o);
+    return build_model(model, o);
   };
   const Plan plan =
       plan_from_file_json(plan_json_of(plan_file, *plan_path), *plan_path, make_graph, batch);
@@ -273,7 +292,7 @@ int report_command(const std::vector<std::string>& raw, std::ostream& out) {
     }
   }
   const Graph graph = make_graph(micro_batch_of(batch, plan.micro_batches), plan.precision);
-  write_plan_report(*out_path, plan, graph, make_graph, describe_model(config), hw, budget, batch,
+  write_plan_report(*out_path, plan, graph, make_graph, describe_model(model), hw, budget, batch,
                     flags.text("compare"), measured ? &*measured : nullptr);
   out << "wrote " << *out_path << "\n";
   return 0;

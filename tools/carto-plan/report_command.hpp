@@ -9,12 +9,17 @@
 #include <optional>
 #include <string>
 
+#include "model_flags.hpp"
 #include "report.hpp"
 
 namespace carto::tools {
 
 // "gpt3-175b: 96 layers, hidden 12288, 96 heads, vocabulary 51200, sequence 2048"
 std::string describe_model(const GptConfig& config);
+// "llama3-8b (Llama): 32 layers, hidden 4096, 32 heads, 8 kv heads, SwiGLU width 14336, ..."
+std::string describe_model(const LlamaConfig& config);
+// The Llama's description when the model is one, the GPT's otherwise.
+std::string describe_model(const ModelChoice& model);
 
 // Builds the graph of one micro-batch of `micro_batch` sequences, at `precision`.
 using GraphMaker = std::function<Graph(std::int64_t micro_batch, Precision precision)>;

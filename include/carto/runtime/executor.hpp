@@ -12,14 +12,18 @@
 //    each consumer reads (every rank has the batch, as a data loader gives it).
 //  - The local kernel runs on local shards; contracted einsum letters split over an axis leave the
 //    output Partial over it, which the next reshard resolves when a consumer needs it. Distributed
-//    layernorm all-reduces its row sums; vocab-parallel embedding leaves a Partial output;
+//    layernorm all-reduces its row sums (Σx, Σx²), distributed RMSNorm its Σx² (and Σdy·γ·x̂ in
+//    backward); rotary rotates a sequence shard at its global positions (the head dim is never
+//    split); vocab-parallel embedding leaves a Partial output;
 //    vocab-parallel cross-entropy all-reduces the row max, Σexp and the target logit (Megatron-LM's
 //    scheme); fused attention with the query sequence split all-gathers K and V (and
 //    reduce-scatters dK, dV).
-//  - Views (split/merge heads, transpose) move no data in the model: a view of a tensor read as
+//  - Views (split/merge heads, split groups, transpose) move no data in the model: a view of a
+//  tensor read as
 //    stored is kept as a reference to its base storage and materialized into a temporary only
 //    while an op runs, so saved views cost their base once, as the schedule counts them. The fused
-//    QKV dim is ordered per head (graph.hpp's split_heads note), so a split of it is a heads split.
+//    QKV dim is ordered per head (graph.hpp's split_heads note), so a split of it is a heads split;
+//    grouped-query tensors (B, n, g, S, d) keep whole groups on every shard (split_groups).
 //  - Saved tensors are those of profile/op_cost.hpp's saved_tensors, kept by reference until the
 //    op's backward; an input the op read through a move is kept as the moved copy, unless the
 //    stored copy is smaller: then the stored copy is kept and the move runs again in backward (the

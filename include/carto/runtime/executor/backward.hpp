@@ -262,17 +262,43 @@ inline void Executor::run_backward(std::size_t k) {
       break;
     }
     case OpKind::view: {
-      // A split_heads of several parts (Q, K, V out of the fused QKV) writes one part of dx.
-      const bool whole = op.view != ViewKind::split_heads ||
-                         g_.tensor(op.inputs[0]).shape.numel() == g_.tensor(out).shape.numel();
+      // A split_heads or split_groups of a part (Q, K, V out of the fused QKV; gate, up out of
+      // the fused gate/up) writes one part of dx.
+      const bool part = op.view == ViewKind::split_heads || op.view == ViewKind::split_groups;
+      const bool whole =
+          !part || g_.tensor(op.inputs[0]).shape.numel() == g_.tensor(out).shape.numel();
       if (!whole && mode[0] == CopyMode::assign) be_.fill(DX(0), 0.0f);
       view_copy(op, dY, DX(0), whole ? mode[0] : CopyMode::accumulate, true);
       break;
     }
-    case OpKind::rmsnorm:
-    case OpKind::silu_mul:
-    case OpKind::rotary:
-      detail::fail("carto: the executor does not run ", to_string_view(op.kind), " yet");
+    case OpKind::rmsnorm: {
+      const TensorShape rows = rows_shape(in_local[0]);
+      auto tmp0 = dx[0] ? nullptr : allocate(in_local[0], compute_, MemoryCategory::temporaries);
+      auto tmp1 = dx[1] ? nullptr : allocate(in_local[1], compute_, MemoryCategory::temporaries);
+      const NormGradModes modes{.dx = mode[0], .dgamma = mode[1]};
+      TensorView d0 = dx[0] ? DX(0) : tmp0->view(in_local[0], compute_);
+      TensorView d1 = dx[1] ? DX(1) : tmp1->view(in_local[1], compute_);
+      if (s.sharding.variant != OpVariant::distributed_statistics) {
+        be_.rmsnorm_backward(dY, X(0), X(1), sv.state1.view(rows), d0, d1, modes);
+      } else {
+        Buffer sums = buffer(rows, DType::fp32, MemoryCategory::temporaries);
+        be_.rmsnorm_backward_partial_sums(dY, X(0), X(1), sv.state1.view(rows), sums.view(rows));
+        all_reduce(sums.view(rows), s.sharding.inputs[0].dims()[op.dim], ReduceOp::sum);
+        be_.rmsnorm_backward_apply(dY, X(0), X(1), sv.state1.view(rows), sums.view(rows),
+                                   g_.tensor(op.inputs[0]).shape.dims()[op.dim].extent, d0, d1,
+                                   modes);
+      }
+      break;
+    }
+    case OpKind::silu_mul: {
+      // Gate and up are activations (views of the fused gate/up projection): both get fresh
+      // gradient buffers, assigned.
+      CARTO_CHECK(dx[0] && dx[1] && mode[0] == mode[1],
+                  "silu_mul's gate and up gradients are written in one mode");
+      be_.silu_mul_backward(X(0), X(1), dY, DX(0), DX(1), mode[0]);
+      break;
+    }
+    case OpKind::rotary: be_.rotary_backward(dY, DX(0), rotary_args(k), mode[0]); break;
   }
   x = {};
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {

@@ -117,6 +117,7 @@ struct ExecutorOptions {
   float init_stddev = rng::kGpt2InitStd;
   AdamWArgs adamw{};
   LayerNormArgs layernorm{};
+  RmsNormArgs rmsnorm{};  // Llama's norm_eps
 };
 
 // Host data of one micro-batch: one entry per graph input, in tensor-id order. Token ids for
@@ -291,7 +292,7 @@ class Executor {
     std::array<SavedInput, 3> inputs{};
     std::shared_ptr<Buffer> output{};
     std::shared_ptr<Buffer> extra{};  // cross-entropy: the logits read
-    Buffer state1, state2;            // mean/rstd, logsumexp
+    Buffer state1, state2;            // mean/rstd (RMSNorm: rstd), logsumexp
   };
   struct Read {                      // an op's input as read in forward
     std::shared_ptr<Buffer> buffer;  // holds the local tensor in `want`
@@ -346,11 +347,15 @@ class Executor {
   inline void run_forward(std::size_t k, bool keep);
   inline void layernorm_forward(std::size_t k, ConstTensorView x, ConstTensorView gamma,
                                 ConstTensorView beta, TensorView y, Saved& sv);
+  inline void rmsnorm_forward(std::size_t k, ConstTensorView x, ConstTensorView gamma, TensorView y,
+                              Saved& sv);
+  [[nodiscard]] inline RotaryArgs rotary_args(std::size_t k) const;
   [[nodiscard]] inline const AxisList& vocab_axes(std::size_t k) const;
   inline CrossEntropyArgs ce_args(std::size_t k) const;
   inline void cross_entropy_forward(std::size_t k, ConstTensorView logits, IndexView targets,
                                     TensorView loss, Saved& sv);
   inline AttentionArgs attention_args(std::size_t k) const;
+  [[nodiscard]] inline const AxisList& kv_seq_axes(std::size_t k) const;
   [[nodiscard]] inline bool gathers_kv(std::size_t k) const;
   inline std::shared_ptr<Buffer> gather_seq(std::size_t k, ConstTensorView local);
   inline void scatter_seq(std::size_t k, ConstTensorView gathered, TensorView local);

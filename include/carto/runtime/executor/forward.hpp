@@ -11,15 +11,20 @@
 // ckpt_inputs_ for backward's recompute. Dropout draws from a stream keyed by (op, step·m +
 // micro-batch), so the recompute draws the same masks.
 // Distributed forms:
-//  - layernorm with distributed statistics (the normalized dim split): partial row sums,
-//    all-reduced over the axes splitting that dim, then applied locally;
+//  - layernorm and RMSNorm with distributed statistics (the normalized dim split): partial row
+//    sums ((Σx, Σx²); Σx² for RMSNorm), all-reduced over the axes splitting that dim, then applied
+//    locally (RmsNormArgs from ExecutorOptions::rmsnorm);
+//  - rotary on a sequence shard: RotaryArgs::position_offset is the shard's first global position;
 //  - vocab-parallel cross-entropy (Megatron-LM's scheme): the row max all-reduced (max), then the
 //    row Σexp and the target logit all-reduced (sum);
 //  - fused attention with the query sequence split (gathered_kv): K and V all-gathered along the
-//    sequence (gather_seq); backward reduce-scatters dK and dV (scatter_seq).
+//    sequence (gather_seq); backward reduce-scatters dK and dV (scatter_seq). Grouped-query
+//    attention (q (B, n, g, S, d), K and V (B, n, S, d)) runs the same way: its probabilities are
+//    placed as (B, n, g, Sq, Sk).
 // Dtypes: each output is stored in dtype_of (the compute dtype; a cross-entropy loss fp32); the
-// statistics saved for backward (layernorm mean and rstd, logsumexp) and the partial sums and row
-// pieces that are all-reduced (layernorm sums, cross-entropy max, Σexp, target logit) are fp32.
+// statistics saved for backward (layernorm mean and rstd, RMSNorm rstd, logsumexp) and the partial
+// sums and row pieces that are all-reduced (layernorm and RMSNorm sums, cross-entropy max, Σexp,
+// target logit) are fp32.
 #pragma once
 
 #include "carto/runtime/executor/einsum.hpp"
@@ -149,10 +154,9 @@ inline void Executor::run_forward(std::size_t k, bool keep) {
       break;
     case OpKind::fused_attention: attention_forward(k, X(0), X(1), X(2), Y, sv); break;
     case OpKind::view: view_copy(op, X(0), Y, CopyMode::assign, false); break;
-    case OpKind::rmsnorm:
-    case OpKind::silu_mul:
-    case OpKind::rotary:
-      detail::fail("carto: the executor does not run ", to_string_view(op.kind), " yet");
+    case OpKind::rmsnorm: rmsnorm_forward(k, X(0), X(1), Y, sv); break;
+    case OpKind::silu_mul: be_.silu_mul_forward(X(0), X(1), Y); break;
+    case OpKind::rotary: be_.rotary_forward(X(0), Y, rotary_args(k)); break;
   }
   act_[out.index()] = y;
   if (keep && is_saved(out)) sv.output = y;
@@ -184,6 +188,32 @@ inline void Executor::layernorm_forward(std::size_t k, ConstTensorView x, ConstT
   all_reduce(sums.view(sums_shape), axes, ReduceOp::sum);
   be_.layernorm_apply(x, sums.view(sums_shape), g_.tensor(op.inputs[0]).shape.dims()[op.dim].extent,
                       gamma, beta, y, sv.state1.view(rows), sv.state2.view(rows), opt_.layernorm);
+}
+
+inline void Executor::rmsnorm_forward(std::size_t k, ConstTensorView x, ConstTensorView gamma,
+                                      TensorView y, Saved& sv) {
+  const Op& op = g_.ops()[k];
+  const Strategy& s = st_[k];
+  const TensorShape rows = rows_shape(x.shape());
+  sv.state1 = buffer(rows, DType::fp32, MemoryCategory::activations);
+  if (s.sharding.variant != OpVariant::distributed_statistics) {
+    be_.rmsnorm_forward(x, gamma, y, sv.state1.view(rows), opt_.rmsnorm);
+    return;
+  }
+  Buffer sums = buffer(rows, DType::fp32, MemoryCategory::temporaries);
+  be_.rmsnorm_partial_sums(x, sums.view(rows));
+  all_reduce(sums.view(rows), s.sharding.inputs[0].dims()[op.dim], ReduceOp::sum);
+  be_.rmsnorm_apply(x, sums.view(rows), g_.tensor(op.inputs[0]).shape.dims()[op.dim].extent, gamma,
+                    y, sv.state1.view(rows), opt_.rmsnorm);
+}
+
+// θ and the global position of the local shard's first row (the sequence is the second-to-last
+// dim; the head dim is never split).
+inline RotaryArgs Executor::rotary_args(std::size_t k) const {
+  const Op& op = g_.ops()[k];
+  const TensorShape& x = g_.tensor(op.inputs[0]).shape;
+  const Slice s = device_slice(x, without_partial(st_[k].sharding.inputs[0]), mesh_, device_);
+  return {.theta = op.factor, .position_offset = s.offset[x.rank() - 2]};
 }
 
 inline const AxisList& Executor::vocab_axes(std::size_t k) const {
@@ -225,12 +255,16 @@ inline void Executor::cross_entropy_forward(std::size_t k, ConstTensorView logit
 
 inline AttentionArgs Executor::attention_args(std::size_t k) const {
   const Op& op = g_.ops()[k];
-  const TensorShape& q = g_.tensor(op.inputs[0]).shape;  // (B, a, S, d)
+  // q (B, a, S, d), or (B, n, g, S, d) grouped: the probabilities (q's dims but d, then Sk).
+  const TensorShape& q = g_.tensor(op.inputs[0]).shape;
   const Slice s = device_slice(q, st_[k].sharding.inputs[0], mesh_, device_);
   ShardPlacement p;
-  p.global_extents = {q.dims()[0].extent, q.dims()[1].extent, q.dims()[2].extent,
-                      q.dims()[2].extent};
-  p.offset = {s.offset[0], s.offset[1], s.offset[2], 0};
+  for (std::size_t d = 0; d + 1 < q.rank(); ++d) {
+    p.global_extents.push_back(q.dims()[d].extent);
+    p.offset.push_back(s.offset[d]);
+  }
+  p.global_extents.push_back(q.dims()[q.rank() - 2].extent);
+  p.offset.push_back(0);
   return {.scale = static_cast<float>(op.factor),
           .masking = op.masking,
           .dropout = inference_ ? 0.0f : static_cast<float>(op.probability),
@@ -238,14 +272,20 @@ inline AttentionArgs Executor::attention_args(std::size_t k) const {
           .placement = p};
 }
 
+// The axes splitting the query sequence under gathered_kv: K's (B, n, S, d) sequence axes, which
+// are q's.
+inline const AxisList& Executor::kv_seq_axes(std::size_t k) const {
+  return st_[k].sharding.inputs[1].dims()[2];
+}
+
 inline bool Executor::gathers_kv(std::size_t k) const {
   return st_[k].sharding.variant == OpVariant::gathered_kv &&
-         split_factor(st_[k].sharding.inputs[0].dims()[2], mesh_) > 1;
+         split_factor(kv_seq_axes(k), mesh_) > 1;
 }
 
 // K or V gathered along the sequence over the query's sequence axes.
 inline std::shared_ptr<Buffer> Executor::gather_seq(std::size_t k, ConstTensorView local) {
-  const AxisList& axes = st_[k].sharding.inputs[0].dims()[2];
+  const AxisList& axes = kv_seq_axes(k);
   Communicator& c = comms_.axes(axes);
   const auto r = static_cast<std::int64_t>(c.size());
   const TensorShape& ls = local.shape();
@@ -273,7 +313,7 @@ inline std::shared_ptr<Buffer> Executor::gather_seq(std::size_t k, ConstTensorVi
 
 // d (local, += ) = reduce-scatter of the gathered gradient along the sequence.
 inline void Executor::scatter_seq(std::size_t k, ConstTensorView gathered, TensorView local) {
-  const AxisList& axes = st_[k].sharding.inputs[0].dims()[2];
+  const AxisList& axes = kv_seq_axes(k);
   Communicator& c = comms_.axes(axes);
   const auto r = static_cast<std::int64_t>(c.size());
   const TensorShape& ls = local.shape;
@@ -300,7 +340,7 @@ inline void Executor::scatter_seq(std::size_t k, ConstTensorView gathered, Tenso
 
 inline void Executor::attention_forward(std::size_t k, ConstTensorView q, ConstTensorView kk,
                                         ConstTensorView v, TensorView out, Saved& sv) {
-  const TensorShape lse = {q.shape().dims()[0], q.shape().dims()[1], q.shape().dims()[2]};
+  const TensorShape lse = rows_shape(q.shape());  // (B, a, S) or (B, n, g, S)
   sv.state1 = buffer(lse, DType::fp32, MemoryCategory::activations);
   if (!gathers_kv(k)) {
     be_.attention_forward(q, kk, v, out, sv.state1.view(lse), attention_args(k));

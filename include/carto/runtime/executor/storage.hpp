@@ -42,18 +42,8 @@ inline void Executor::validate() {
   CARTO_CHECK(comms_.mesh() == mesh_, "the plan's mesh ", mesh_,
               " differs from the communicators' mesh ", comms_.mesh());
   for (const Op& op : g_.ops()) {
-    const bool llama_op = op.kind == OpKind::rmsnorm || op.kind == OpKind::silu_mul ||
-                          op.kind == OpKind::rotary ||
-                          (op.kind == OpKind::view && op.view == ViewKind::split_groups) ||
-                          g_.tensor(op.inputs[0]).shape.rank() == 5;
-    CARTO_CHECK(!llama_op, "the executor does not run ", to_string_view(op.kind),
-                op.kind == OpKind::view || op.kind == OpKind::einsum ||
-                        op.kind == OpKind::fused_attention || op.kind == OpKind::softmax ||
-                        op.kind == OpKind::scale
-                    ? " of grouped-query (B, n, g, S, d) tensors"
-                    : "",
-                " yet");
-    if ((op.kind == OpKind::softmax || op.kind == OpKind::layernorm) &&
+    if ((op.kind == OpKind::softmax || op.kind == OpKind::layernorm ||
+         op.kind == OpKind::rmsnorm) &&
         op.dim + 1 != g_.tensor(op.inputs[0]).shape.rank()) {
       detail::fail("carto: the executor runs ", to_string_view(op.kind),
                    " over the last dim only; this one reduces dim ", op.dim);
@@ -187,11 +177,19 @@ inline void Executor::view_copy(const Op& op, ConstTensorView x, TensorView y, C
       break;
     }
     case ViewKind::merge_heads: {
-      // out (B, S, a·d) seen as (B, a, S, d) is heads_box(out, 1, 0, a); walk in's index space.
+      // out (B, S, a·d) seen as (B, a, S, d) is heads_box(out, 1, 0, a); (B, S, n·g·d) seen as
+      // (B, n, g, S, d) has strides (S·W, g·d, d, W, 1), W = n·g·d. Walk in's index space.
       const Index in_ext = exec_detail::extents_of(in);
-      const StridedBox out_box = heads_box(out, 1, 0, in.dims()[1].extent);
+      StridedBox out_box;
+      if (in.rank() == 5) {
+        const std::int64_t w = out.dims()[2].extent, s = out.dims()[1].extent;
+        const std::int64_t g = in.dims()[2].extent, d = in.dims()[4].extent;
+        out_box = {.offset = 0, .strides = {s * w, g * d, d, w, 1}};
+      } else {
+        out_box = heads_box(out, 1, 0, in.dims()[1].extent);
+      }
       const StridedBox in_contig =
-          box_of(in, {.offset = exec_detail::filled(4, 0), .extent = in_ext});
+          box_of(in, {.offset = exec_detail::filled(in.rank(), 0), .extent = in_ext});
       if (!inverse) {
         be_.copy_strided(x, in_contig, y, out_box, in_ext, mode);
       } else {
@@ -199,7 +197,17 @@ inline void Executor::view_copy(const Op& op, ConstTensorView x, TensorView y, C
       }
       return;
     }
-    case ViewKind::split_groups: detail::fail("carto: the executor does not run split_groups yet");
+    case ViewKind::split_groups: {
+      // in (B, S, n·c·d) with c slots per group (whole groups on every shard: only n is split);
+      // out (B, n, g, S, d) takes each group's first g slots: strides (S·W, c·d, d, W, 1).
+      const std::int64_t w = in.dims()[2].extent, s = in.dims()[1].extent;
+      const std::int64_t n = out.dims()[1].extent, d = out.dims()[4].extent;
+      const std::int64_t c = w / (n * d);
+      CARTO_CHECK(c * n * d == w && c >= out.dims()[2].extent, "split_groups of a local ", in,
+                  " into ", out, ": the local fused dim must hold whole groups");
+      in_box = {.offset = 0, .strides = {s * w, c * d, d, w, 1}};
+      break;
+    }
     case ViewKind::transpose: {
       // out = in with the last two dims swapped: walk out's index space, read in transposed.
       in_box = box_of(

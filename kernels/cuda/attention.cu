@@ -1,36 +1,47 @@
 // cuda/attention.cu — fused attention, forward and backward, flash-style (Dao et al. 2022,
-// FlashAttention; the backward split of FlashAttention-2, Dao 2023), in fp32 on CUDA cores.
+// FlashAttention; the backward split of FlashAttention-2, Dao 2023), in fp32 on CUDA cores, for
+// multi-head q, k, v (B, a, S, d) and grouped-query q (B, n, g, S, d) against k, v (B, n, S, d).
 //
 // Design note. Every kernel runs 256 threads as a 16 × 16 grid on tiles in shared memory (the
 // thread -> element maps, padding and footprints are tiling.hpp's, tested on the host). The head
 // dim is a template parameter D ∈ {32, 64, 128} (the actual d rounded up, tiles zero-padded), so
 // each thread's accumulators are registers. No (Sq × Sk) matrix exists: scores live in registers
 // and one (rows × cols) tile of shared memory at a time.
-//  - forward_kernel: a block owns 64 query rows of one (batch, head), keeps them in shared memory
-//    and walks the keys in tiles of 64 (K, then V, through one buffer), only up to the keys its
-//    last row sees under the causal mask. Per tile each thread forms a 4 × 4 block of scores
-//    (scale · q·k, -inf where masked or past Sk), the 16 threads of a row (one half warp) reduce
-//    the tile's row max and Σ exp with shuffles, and the running (max m, sum l) and the output
-//    accumulator are rescaled by exp(m_old - m_new) — the online softmax. The probabilities, times
-//    the dropout factor (rng::keep at the global index of (b, h, i, j), 1/(1-p) kept, 0 dropped),
-//    go through shared memory into out += P·V. At the end out = acc / l and logsumexp = m + log l,
-//    the logsumexp of the undropped softmax, as the CPU saves it.
+// Grouped-query attention (Ainslie et al. 2023) runs as the multi-head form with a = n·g query
+// heads: query head (m, j) of batch entry b, flat bh = (b·n + m)·g + j, reads key/value head
+// bh / g = b·n + m. Its probabilities are placed in the global (B, n, g, Sq, Sk)
+// (HeadProbIndexer; the rank-4 form is the same with a group dim of 1), which gives the dropout
+// indices; the causal positions are the offsets of the last two dims.
+//  - forward_kernel: a block owns 64 query rows of one (batch, query head), keeps them in shared
+//    memory and walks the keys of its key/value head in tiles of 64 (K, then V, through one
+//    buffer), only up to the keys its last row sees under the causal mask. Per tile each thread
+//    forms a 4 × 4 block of scores (scale · q·k, -inf where masked or past Sk), the 16 threads of a
+//    row (one half warp) reduce the tile's row max and Σ exp with shuffles, and the running (max m,
+//    sum l) and the output accumulator are rescaled by exp(m_old - m_new) — the online softmax. The
+//    probabilities, times the dropout factor (rng::keep at the probability's global index, 1/(1-p)
+//    kept, 0 dropped), go through shared memory into out += P·V. At the end out = acc / l and
+//    logsumexp = m + log l, the logsumexp of the undropped softmax, as the CPU saves it.
 //  - dsum_kernel: D_i = dout_i · out_i per query row (a warp per row), into the workspace: with it,
 //    dS = scale · P ∘ (mask ∘ dP - D) needs no row sum over the keys (FlashAttention Alg. 4; it
 //    holds with dropout, whose factors are inside out).
-//  - dkdv_kernel: a block owns 64 keys (K, V in shared memory) and walks the query tiles of 32 that
-//    can see them (from mask.first_query), recomputing P = exp(scale · q·k - logsumexp) and
+//  - dkdv_kernel: a block owns 64 keys of one (batch, key/value head) (K, V in shared memory) and
+//    walks the g query heads of its group in order and, for each, the query tiles of 32 that can
+//    see the keys (from mask.first_query), recomputing P = exp(scale · q·k - logsumexp) and
 //    dP = dout·v for its 4 × 2 block, writing P ∘ mask and dS to shared memory, then
-//    dv += (P ∘ mask)ᵀ dout and dk += dSᵀ q in registers; one add into dk, dv at the end.
+//    dv += (P ∘ mask)ᵀ dout and dk += dSᵀ q in registers; one add into dk, dv at the end. The sum
+//    over a group's query heads is thus one thread's, in a fixed order: no two blocks write the
+//    same dk, dv element.
 //  - dq_kernel: a block owns 64 query rows (q, dout in shared memory) and walks the key tiles of 32
 //    its rows see, recomputing the same P, dP and dS, and dq += dS k; one add into dq at the end.
 // Splitting dq from dk/dv recomputes the scores once more but needs no atomics: every output
 // element is summed by one thread in a fixed order, so results are deterministic, and a bf16
 // gradient is added to in fp32 and rounded once. The masks (causal and dropout) are functions of
-// global indices, so a shard of the query sequence against gathered K, V (placement offsets) and
-// a head shard compute what one device computes for the same elements.
+// global indices, so a shard of the query sequence against gathered K, V (placement offsets), a
+// head shard and a shard of the query heads of each group compute what one device computes for
+// the same elements.
 // Loads widen fp32/bf16 to fp32, stores round to nearest even (launch.cuh); logsumexp is fp32.
 // Results agree with the CPU backend to fp32 rounding (other summation orders), masks bit for bit.
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string_view>
@@ -52,26 +63,48 @@ using tiling::kTileThreads;
 using tiling::tile_col;
 using tiling::tile_row;
 
+// The global index of probability (b, h, i, j), h = m·g + j the local query head j of key/value
+// head m (g = 1 for multi-head attention): Σ (offset + local) · stride over the global
+// (B, n, g, Sq, Sk), with a group dim of stride 0 for the rank-4 form. head_base is the part of
+// one (batch, query head), computed once per block.
+struct HeadProbIndexer {
+  std::int64_t stride[5] = {0, 0, 0, 0, 1};
+  std::int64_t offset[5] = {0, 0, 0, 0, 0};
+  std::int64_t group = 1;
+
+  [[nodiscard]] __device__ __forceinline__ std::int64_t head_base(std::int64_t b,
+                                                                  std::int64_t h) const {
+    return (offset[0] + b) * stride[0] + (offset[1] + h / group) * stride[1] +
+           (offset[2] + h % group) * stride[2];
+  }
+  [[nodiscard]] __device__ __forceinline__ std::int64_t index(std::int64_t base, std::int64_t i,
+                                                              std::int64_t j) const {
+    return base + (offset[3] + i) * stride[3] + (offset[4] + j) * stride[4];
+  }
+};
+
 struct AttentionParams {
   Elements q, k, v, out, dout, dq, dk, dv;
   float* logsumexp = nullptr;        // forward: written
   const float* saved_lse = nullptr;  // backward: the forward's logsumexp
   float* dsum = nullptr;             // backward: D = rowsum(dout ∘ out) (B, a, Sq), workspace
-  std::int64_t heads = 0, queries = 0, keys = 0, dim = 0;
+  // heads: query heads per batch entry (n·g); group: query heads per key/value head (g).
+  std::int64_t heads = 0, group = 1, queries = 0, keys = 0, dim = 0;
   float scale = 1.0f, dropout = 0.0f, keep_scale = 1.0f;
   RngStream rng{};
   tiling::CausalMask mask{};
-  tiling::ProbIndexer where{};
+  HeadProbIndexer where{};
 };
 
 // ---- device helpers
 // ------------------------------------------------------------------------------
 
-// The dropout factor of probability (b, h, i, j): 1/(1-p) kept, 0 dropped, 1 without dropout.
-__device__ __forceinline__ float dropout_factor(const AttentionParams& p, std::int64_t b,
-                                                std::int64_t h, std::int64_t i, std::int64_t j) {
+// The dropout factor of probability (i, j) of the (batch, query head) whose index base is `base`
+// (HeadProbIndexer::head_base): 1/(1-p) kept, 0 dropped, 1 without dropout.
+__device__ __forceinline__ float dropout_factor(const AttentionParams& p, std::int64_t base,
+                                                std::int64_t i, std::int64_t j) {
   if (p.dropout <= 0.0f) return 1.0f;
-  return rng::keep(p.rng, p.where.index(b, h, i, j), p.dropout) ? p.keep_scale : 0.0f;
+  return rng::keep(p.rng, p.where.index(base, i, j), p.dropout) ? p.keep_scale : 0.0f;
 }
 
 // Rows [0, ROWS) × head-dim columns [0, D) of a (rows, d) slab starting at element `first`, into
@@ -165,9 +198,10 @@ __global__ void __launch_bounds__(kTileThreads) forward_kernel(AttentionParams p
   float* sp = smem + kSmem.p;    // (64, 80) dropped-out probabilities
   const int ty = static_cast<int>(threadIdx.x) / kTileSide;
   const int tx = static_cast<int>(threadIdx.x) % kTileSide;
-  const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const std::int64_t bh = blockIdx.x;
+  const std::int64_t base = p.where.head_base(bh / p.heads, bh % p.heads);
   const std::int64_t q0 = std::int64_t{blockIdx.y} * kTile.rows;
-  const std::int64_t kv_first = bh * p.keys;  // this (b, h)'s first key row
+  const std::int64_t kv_first = (bh / p.group) * p.keys;  // its key/value head's first key row
 
   load_rows<D, kTile.rows>(p.q, (bh * p.queries + q0) * p.dim, p.queries - q0, p.dim, sq);
   float m[TR], l[TR], acc[TR][TD];
@@ -207,7 +241,7 @@ __global__ void __launch_bounds__(kTileThreads) forward_kernel(AttentionParams p
         const std::int64_t key = k0 + tile_col(tx, c);
         const bool real = prob > 0.0f && query < p.queries;
         sp[tile_row(ty, r) * SS + tile_col(tx, c)] =
-            real ? prob * dropout_factor(p, b, h, query, key) : prob;
+            real ? prob * dropout_factor(p, base, query, key) : prob;
       }
       row_sum = warp_reduce(row_sum, SumOp{}, kTileSide);
       l[r] = l[r] * alpha + row_sum;
@@ -268,9 +302,9 @@ __global__ void __launch_bounds__(kTileThreads) dkdv_kernel(AttentionParams p) {
   float* sdsum = smem + kSmem.dsum;     // (32) the tile's D
   const int ty = static_cast<int>(threadIdx.x) / kTileSide;
   const int tx = static_cast<int>(threadIdx.x) % kTileSide;
-  const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const std::int64_t bkv = blockIdx.x;  // (batch, key/value head)
   const std::int64_t k0 = std::int64_t{blockIdx.y} * kTile.rows;
-  const std::int64_t kv_first = bh * p.keys, q_first = bh * p.queries;
+  const std::int64_t kv_first = bkv * p.keys;
   const std::int64_t first_query = p.mask.first_query(k0, p.queries);
   if (first_query >= p.queries) return;  // no query sees these keys: nothing to add (uniform)
 
@@ -282,36 +316,41 @@ __global__ void __launch_bounds__(kTileThreads) dkdv_kernel(AttentionParams p) {
 #pragma unroll
     for (int e = 0; e < TD; ++e) dk[r][e] = dv[r][e] = 0.0f;
   }
-  for (std::int64_t q0 = first_query; q0 < p.queries; q0 += kTile.cols) {
-    __syncthreads();  // the previous tile's products are done with sq, sdo, spt, sdst
-    load_rows<D, kTile.cols>(p.q, (q_first + q0) * p.dim, p.queries - q0, p.dim, sq);
-    load_rows<D, kTile.cols>(p.dout, (q_first + q0) * p.dim, p.queries - q0, p.dim, sdo);
-    if (threadIdx.x < kTile.cols) {
-      const std::int64_t query = q0 + threadIdx.x;
-      slse[threadIdx.x] = query < p.queries ? p.saved_lse[q_first + query] : 0.0f;
-      sdsum[threadIdx.x] = query < p.queries ? p.dsum[q_first + query] : 0.0f;
-    }
-    __syncthreads();
-    float st[TR][TC], dpt[TR][TC];
-    dot_tile<TR, TC, D>(sk, sq, ty, tx, st);
-    dot_tile<TR, TC, D>(sv, sdo, ty, tx, dpt);
-#pragma unroll
-    for (int r = 0; r < TR; ++r) {
-      const std::int64_t key = k0 + tile_row(ty, r);
-#pragma unroll
-      for (int c = 0; c < TC; ++c) {
-        const int qc = tile_col(tx, c);
-        const std::int64_t query = q0 + qc;
-        const bool visible = key < p.keys && query < p.queries && p.mask.sees(query, key);
-        const float prob = visible ? expf(p.scale * st[r][c] - slse[qc]) : 0.0f;
-        const float factor = visible ? dropout_factor(p, b, h, query, key) : 0.0f;
-        spt[tile_row(ty, r) * SS + qc] = prob * factor;
-        sdst[tile_row(ty, r) * SS + qc] = p.scale * prob * (factor * dpt[r][c] - sdsum[qc]);
+  // The group's query heads in order, then their query tiles: every one adds into the same keys.
+  for (std::int64_t bh = bkv * p.group; bh < (bkv + 1) * p.group; ++bh) {
+    const std::int64_t q_first = bh * p.queries;
+    const std::int64_t base = p.where.head_base(bh / p.heads, bh % p.heads);
+    for (std::int64_t q0 = first_query; q0 < p.queries; q0 += kTile.cols) {
+      __syncthreads();  // the previous tile's products are done with sq, sdo, spt, sdst
+      load_rows<D, kTile.cols>(p.q, (q_first + q0) * p.dim, p.queries - q0, p.dim, sq);
+      load_rows<D, kTile.cols>(p.dout, (q_first + q0) * p.dim, p.queries - q0, p.dim, sdo);
+      if (threadIdx.x < kTile.cols) {
+        const std::int64_t query = q0 + threadIdx.x;
+        slse[threadIdx.x] = query < p.queries ? p.saved_lse[q_first + query] : 0.0f;
+        sdsum[threadIdx.x] = query < p.queries ? p.dsum[q_first + query] : 0.0f;
       }
+      __syncthreads();
+      float st[TR][TC], dpt[TR][TC];
+      dot_tile<TR, TC, D>(sk, sq, ty, tx, st);
+      dot_tile<TR, TC, D>(sv, sdo, ty, tx, dpt);
+#pragma unroll
+      for (int r = 0; r < TR; ++r) {
+        const std::int64_t key = k0 + tile_row(ty, r);
+#pragma unroll
+        for (int c = 0; c < TC; ++c) {
+          const int qc = tile_col(tx, c);
+          const std::int64_t query = q0 + qc;
+          const bool visible = key < p.keys && query < p.queries && p.mask.sees(query, key);
+          const float prob = visible ? expf(p.scale * st[r][c] - slse[qc]) : 0.0f;
+          const float factor = visible ? dropout_factor(p, base, query, key) : 0.0f;
+          spt[tile_row(ty, r) * SS + qc] = prob * factor;
+          sdst[tile_row(ty, r) * SS + qc] = p.scale * prob * (factor * dpt[r][c] - sdsum[qc]);
+        }
+      }
+      __syncthreads();
+      accumulate_product<TR, TD, kTile.cols, D, SS>(spt, sdo, ty, tx, dv);
+      accumulate_product<TR, TD, kTile.cols, D, SS>(sdst, sq, ty, tx, dk);
     }
-    __syncthreads();
-    accumulate_product<TR, TD, kTile.cols, D, SS>(spt, sdo, ty, tx, dv);
-    accumulate_product<TR, TD, kTile.cols, D, SS>(sdst, sq, ty, tx, dk);
   }
   add_rows<TR, TD>(p.dk, kv_first, k0, p.keys, p.dim, ty, tx, dk);
   add_rows<TR, TD>(p.dv, kv_first, k0, p.keys, p.dim, ty, tx, dv);
@@ -333,9 +372,10 @@ __global__ void __launch_bounds__(kTileThreads) dq_kernel(AttentionParams p) {
   float* sdsum = smem + kSmem.dsum;    // (64) the rows' D
   const int ty = static_cast<int>(threadIdx.x) / kTileSide;
   const int tx = static_cast<int>(threadIdx.x) % kTileSide;
-  const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const std::int64_t bh = blockIdx.x;
+  const std::int64_t base = p.where.head_base(bh / p.heads, bh % p.heads);
   const std::int64_t q0 = std::int64_t{blockIdx.y} * kTile.rows;
-  const std::int64_t kv_first = bh * p.keys, q_first = bh * p.queries;
+  const std::int64_t kv_first = (bh / p.group) * p.keys, q_first = bh * p.queries;
 
   load_rows<D, kTile.rows>(p.q, (q_first + q0) * p.dim, p.queries - q0, p.dim, sq);
   load_rows<D, kTile.rows>(p.dout, (q_first + q0) * p.dim, p.queries - q0, p.dim, sdo);
@@ -368,7 +408,7 @@ __global__ void __launch_bounds__(kTileThreads) dq_kernel(AttentionParams p) {
         const std::int64_t key = k0 + tile_col(tx, c);
         const bool visible = key < p.keys && query < p.queries && p.mask.sees(query, key);
         const float prob = visible ? expf(p.scale * s[r][c] - slse[qr]) : 0.0f;
-        const float factor = visible ? dropout_factor(p, b, h, query, key) : 0.0f;
+        const float factor = visible ? dropout_factor(p, base, query, key) : 0.0f;
         sds[qr * SS + tile_col(tx, c)] = p.scale * prob * (factor * dp[r][c] - sdsum[qr]);
       }
     }
@@ -383,26 +423,39 @@ __global__ void __launch_bounds__(kTileThreads) dq_kernel(AttentionParams p) {
 
 struct AttentionGeometry {
   std::int64_t batch = 0, heads = 0, queries = 0, keys = 0, dim = 0;
-  Index probs{};  // local probability extents (B, a, Sq, Sk)
+  std::int64_t group = 1;  // query heads per key/value head (1: multi-head attention)
+  Index probs{};           // local probability extents (B, a, Sq, Sk) or (B, n, g, Sq, Sk)
 };
 
+// q (B, a, Sq, d) with k, v (B, a, Sk, d), or grouped q (B, n, g, Sq, d) with k, v (B, n, Sk, d).
 AttentionGeometry attention_geometry(std::string_view call, const TensorShape& q,
                                      const TensorShape& k, const TensorShape& v) {
-  CARTO_CHECK(
-      q.rank() == 4 && k.rank() == 4 && q.dims()[0].extent == k.dims()[0].extent &&
-          q.dims()[1].extent == k.dims()[1].extent && q.dims()[3].extent == k.dims()[3].extent,
-      call, ": q (B, heads, Sq, d) and k, v (B, heads, Sk, d) do not match: q ", q, ", k ", k);
   checks::require_same_shape(call, k, v);
+  const bool grouped = q.rank() == 5;
+  const std::size_t qs = grouped ? 3 : 2;  // q's sequence dim
+  CARTO_CHECK(
+      (q.rank() == 4 || grouped) && k.rank() == 4 && q.dims()[0].extent == k.dims()[0].extent &&
+          q.dims()[1].extent == k.dims()[1].extent && q.dims()[qs + 1].extent == k.dims()[3].extent,
+      call,
+      ": q (B, heads, Sq, d) or grouped (B, n, g, Sq, d) and k, v (B, heads or n, Sk, d) do not "
+      "match: q ",
+      q, ", k ", k);
   AttentionGeometry g{.batch = q.dims()[0].extent,
-                      .heads = q.dims()[1].extent,
-                      .queries = q.dims()[2].extent,
+                      .heads = q.dims()[1].extent * (grouped ? q.dims()[2].extent : 1),
+                      .queries = q.dims()[qs].extent,
                       .keys = k.dims()[2].extent,
-                      .dim = q.dims()[3].extent};
-  g.probs = {g.batch, g.heads, g.queries, g.keys};
+                      .dim = q.dims()[qs + 1].extent,
+                      .group = grouped ? q.dims()[2].extent : 1};
+  if (grouped) {
+    g.probs = {g.batch, q.dims()[1].extent, g.group, g.queries, g.keys};
+  } else {
+    g.probs = {g.batch, g.heads, g.queries, g.keys};
+  }
   return g;
 }
 
-// The parameters every kernel shares: shapes, mask and dropout from args and the placement.
+// The parameters every kernel shares: shapes, mask and dropout from args and the placement (of the
+// rank-4 or rank-5 probabilities; the rank-4 form is indexed as rank 5 with a group dim of 1).
 AttentionParams attention_params(std::string_view call, const AttentionGeometry& g,
                                  const AttentionArgs& args) {
   CARTO_CHECK(args.dropout >= 0.0f && args.dropout < 1.0f, call,
@@ -410,10 +463,15 @@ AttentionParams attention_params(std::string_view call, const AttentionGeometry&
   CARTO_CHECK(tiling::head_dim_class(g.dim) != 0, call, ": head dim ", g.dim,
               " is not supported; the CUDA kernels take head dims 1 to ", tiling::kMaxHeadDim);
   const GlobalIndexer where(args.placement, g.probs);  // validates the placement
-  const Index& global =
-      args.placement.global_extents.empty() ? g.probs : args.placement.global_extents;
+  const bool grouped = g.probs.size() == 5;
+  // (batch, kv head, group, query, key) strides and offsets; no group dim: stride 0, offset 0.
+  const auto at = [&](const Index& v, int d) -> std::int64_t {
+    if (grouped) return v[static_cast<std::size_t>(d)];
+    return d < 2 ? v[static_cast<std::size_t>(d)] : d == 2 ? 0 : v[static_cast<std::size_t>(d - 1)];
+  };
   AttentionParams p;
   p.heads = g.heads;
+  p.group = g.group;
   p.queries = g.queries;
   p.keys = g.keys;
   p.dim = g.dim;
@@ -421,12 +479,15 @@ AttentionParams attention_params(std::string_view call, const AttentionGeometry&
   p.dropout = args.dropout;
   p.keep_scale = 1.0f / (1.0f - args.dropout);
   p.rng = args.rng;
+  const std::size_t sq = g.probs.size() - 2;  // the query dim of the probabilities
   p.mask = {.causal = args.masking == Masking::causal,
-            .query_offset = where.offset[2],
-            .key_offset = where.offset[3]};
-  p.where =
-      tiling::prob_indexer({global[0], global[1], global[2], global[3]},
-                           {where.offset[0], where.offset[1], where.offset[2], where.offset[3]});
+            .query_offset = where.offset[sq],
+            .key_offset = where.offset[sq + 1]};
+  for (int d = 0; d < 5; ++d) {
+    p.where.stride[d] = at(where.stride, d);
+    p.where.offset[d] = at(where.offset, d);
+  }
+  p.where.group = g.group;
   return p;
 }
 
@@ -444,13 +505,13 @@ void prepare_shared_memory(std::string_view call, Kernel* kernel, int floats, in
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-// The grid of a kernel whose blocks own `rows` rows of `extent` per (batch, head).
-dim3 tile_grid(std::string_view call, const AttentionGeometry& g, std::int64_t extent, int rows) {
+// The grid of a kernel whose blocks own `rows` rows of `extent` per one of `pairs` (batch, head)
+// pairs (query heads, or key/value heads for dk, dv).
+dim3 tile_grid(std::string_view call, std::int64_t pairs, std::int64_t extent, int rows) {
   const std::int64_t tiles = tiling::div_up(extent, rows);
-  CARTO_CHECK(tiles <= 65535 && g.batch * g.heads <= 0x7fffffff, call, ": ", g.batch * g.heads,
-              " (batch, head) pairs and ", tiles, " tiles of ", rows,
-              " rows exceed the grid (2^31 - 1 by 65535)");
-  return {static_cast<unsigned>(g.batch * g.heads), static_cast<unsigned>(tiles), 1};
+  CARTO_CHECK(tiles <= 65535 && pairs <= 0x7fffffff, call, ": ", pairs, " (batch, head) pairs and ",
+              tiles, " tiles of ", rows, " rows exceed the grid (2^31 - 1 by 65535)");
+  return {static_cast<unsigned>(pairs), static_cast<unsigned>(tiles), 1};
 }
 
 template <int D>
@@ -458,8 +519,8 @@ void launch_forward(const Launch& launch, const AttentionParams& p, const Attent
   constexpr tiling::Tile kTile = tiling::forward_tile(D);
   constexpr int kFloats = tiling::forward_smem(kTile).total;
   prepare_shared_memory("attention_forward", forward_kernel<D>, kFloats, D);
-  forward_kernel<D><<<tile_grid("attention_forward", g, g.queries, kTile.rows), kTileThreads,
-                      kFloats * sizeof(float), launch.stream>>>(p);
+  forward_kernel<D><<<tile_grid("attention_forward", g.batch * g.heads, g.queries, kTile.rows),
+                      kTileThreads, kFloats * sizeof(float), launch.stream>>>(p);
   CARTO_CUDA_CHECK_LAUNCH();
 }
 
@@ -469,11 +530,12 @@ void launch_backward(const Launch& launch, const AttentionParams& p, const Atten
   constexpr int kFloats = tiling::backward_smem(kTile).total;
   prepare_shared_memory("attention_backward", dkdv_kernel<D>, kFloats, D);
   prepare_shared_memory("attention_backward", dq_kernel<D>, kFloats, D);
-  dkdv_kernel<D><<<tile_grid("attention_backward", g, g.keys, kTile.rows), kTileThreads,
-                   kFloats * sizeof(float), launch.stream>>>(p);
+  dkdv_kernel<D>
+      <<<tile_grid("attention_backward", g.batch * (g.heads / g.group), g.keys, kTile.rows),
+         kTileThreads, kFloats * sizeof(float), launch.stream>>>(p);
   CARTO_CUDA_CHECK_LAUNCH();
-  dq_kernel<D><<<tile_grid("attention_backward", g, g.queries, kTile.rows), kTileThreads,
-                 kFloats * sizeof(float), launch.stream>>>(p);
+  dq_kernel<D><<<tile_grid("attention_backward", g.batch * g.heads, g.queries, kTile.rows),
+                 kTileThreads, kFloats * sizeof(float), launch.stream>>>(p);
   CARTO_CUDA_CHECK_LAUNCH();
 }
 

@@ -7,7 +7,8 @@
 // the backend's device current and forwards to its kernel family's host function
 //     M(const Launch& launch, <the parameters of Backend::M>)
 // (launch.cuh: elementwise, gemm, layernorm, softmax, attention, embedding_loss, adamw), with
-// launch.workspace the backend's current allocator, so the memory tracker sees workspace too.
+// launch.workspace the backend's current allocator, so the memory tracker sees workspace too; the
+// Llama kernels' methods (RMSNorm, silu_mul, rotary) are defined with their kernels in llama.cu.
 // copy_from_host and copy_to_host keep the host-copy semantics of Backend (the host memory may be
 // reused, and the copied values read, as soon as they return): cudaMemcpyAsync on the stream, so
 // the copy is ordered after every call enqueued before it, then a synchronize of the stream.
@@ -75,7 +76,7 @@ class CudaBackend final : public Backend {
                                 std::int64_t global_columns, TensorView dx, TensorView dgamma,
                                 TensorView dbeta, const NormGradModes& modes) override;
 
-  // Llama kernels (llama.cu): not implemented on CUDA yet; each throws a carto::Error saying so.
+  // Llama kernels (llama.cu): RMSNorm and its split form, silu(gate)·up, rotary embeddings.
   void rmsnorm_forward(ConstTensorView x, ConstTensorView gamma, TensorView y, TensorView rstd,
                        const RmsNormArgs& args) override;
   void rmsnorm_backward(ConstTensorView dy, ConstTensorView x, ConstTensorView gamma,

@@ -37,6 +37,7 @@
 
 #include "runtime/executor_cases.hpp"
 #include "runtime/mixed_cases.hpp"
+#include "runtime/parity_cases.hpp"
 #include "support/megatron_plan.hpp"
 
 using namespace carto;
@@ -44,21 +45,6 @@ using namespace carto;
 namespace {
 
 using namespace carto::testing;
-
-// Trains `steps` steps of `plan` on thread ranks; rank 0's view.
-RunResult train(const Graph& g, const Plan& plan, int steps, std::int64_t global_batch,
-                const TrainSetup& setup = {}) {
-  RunResult out;
-  std::mutex mutex;
-  run_threads(static_cast<int>(plan.mesh.num_devices()), [&](Communicator& world) {
-    RunResult r = train_rank(world, g, plan, steps, global_batch, setup);
-    if (world.rank() == 0) {
-      std::lock_guard lock(mutex);
-      out = std::move(r);
-    }
-  });
-  return out;
-}
 
 void check_same(const RunResult& got, const RunResult& want, const std::string& what) {
   INFO(what);
@@ -78,64 +64,6 @@ TEST_CASE("one device: the first loss is ln(V) and every loss is finite", "[exec
   CHECK(std::abs(r.losses[0] - std::log(static_cast<double>(kTiny.vocab))) < 0.2);
   for (double l : r.losses) CHECK(std::isfinite(l));
 }
-
-namespace {
-
-struct GradResult {
-  double loss = 0;
-  std::vector<std::vector<float>> grads;
-};
-
-// One forward/backward of `strategy` on thread ranks; the loss and every parameter gradient.
-GradResult gradients(const Graph& g, const DeviceMesh& mesh,
-                     const std::vector<std::size_t>& strategy,
-                     const std::vector<HostInput>& inputs) {
-  GradResult out;
-  std::mutex mutex;
-  const HardwareProfile hw = hardware::h100();
-  run_threads(static_cast<int>(mesh.num_devices()), [&](Communicator& world) {
-    cpu::CpuBackend backend;
-    MeshComms comms(world, mesh);
-    std::vector<Strategy> st;
-    for (std::size_t k = 0; k < g.num_ops(); ++k) {
-      st.push_back(enumerate_strategies(g, OpId{static_cast<std::int32_t>(k)}, mesh,
-                                        {.precision = Precision::fp32})
-                       .at(strategy[k]));
-    }
-    Executor ex(g, mesh, st, backend, comms, hw, {.seed = 5});
-    const double loss = ex.forward_backward(inputs);
-    ex.finish_gradients();
-    std::vector<std::vector<float>> grads;
-    for (TensorId t : ex.parameters()) grads.push_back(ex.gradient(t));
-    if (world.rank() == 0) {
-      std::lock_guard lock(mutex);
-      out.loss = loss;
-      out.grads = grads;
-    }
-  });
-  return out;
-}
-
-// The GPT graph's inputs (ids, targets) from a token batch.
-std::vector<HostInput> token_inputs(const TokenBatch& batch) {
-  std::vector<HostInput> inputs(2);
-  inputs[0].tensor = TensorId{0};
-  inputs[0].ids = batch.ids;
-  inputs[1].tensor = TensorId{1};
-  inputs[1].ids = batch.targets;
-  return inputs;
-}
-
-// The largest absolute difference of the losses and of any gradient element.
-double largest_difference(const GradResult& got, const GradResult& ref) {
-  double worst = std::abs(got.loss - ref.loss);
-  for (std::size_t p = 0; p < ref.grads.size(); ++p)
-    for (std::size_t e = 0; e < ref.grads[p].size(); ++e)
-      worst = std::max(worst, static_cast<double>(std::abs(got.grads[p][e] - ref.grads[p][e])));
-  return worst;
-}
-
-}  // namespace
 
 TEST_CASE("every strategy of every op on (2), (4) and (2x2) equals one device", "[executor]") {
   // One op at a time takes each of its strategies; every other op is replicated, so each run

@@ -74,6 +74,8 @@ struct TrainerOptions {
   std::uint64_t seed = 1234;
   AdamWArgs adamw{};
   float init_stddev = rng::kGpt2InitStd;
+  LayerNormArgs layernorm{};
+  RmsNormArgs rmsnorm{};  // a Llama's norm_eps
   // Records every kernel, reshard and collective of each step into trace->rank(world rank)
   // (carto/runtime/trace.hpp). Every rank of the mesh or none: the trainer then builds its own
   // traced communicators, which is collective over the world.
@@ -125,7 +127,9 @@ class Trainer {
                        .checkpointed = plan_checkpoints(graph_, plan),
                        .seed = options.seed,
                        .init_stddev = options.init_stddev,
-                       .adamw = options.adamw};
+                       .adamw = options.adamw,
+                       .layernorm = options.layernorm,
+                       .rmsnorm = options.rmsnorm};
     executor_ = std::make_unique<Executor>(
         graph_, plan.mesh,
         plan_strategies(

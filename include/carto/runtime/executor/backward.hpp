@@ -12,9 +12,12 @@
 // is zero-filled: each kernel assigns its first contribution (backend.hpp's CopyMode). Below ZeRO 2
 // a parameter's gradient is written by the kernel straight into where it accumulates (Param::grad
 // for the direct use, the use's accumulator otherwise), assigned on the use's first micro-batch
-// and added after, so it needs neither a temporary nor a copy. After an op's
-// backward its saved tensors and its output's gradient are dropped. A gradient has its tensor's
-// dtype (dtype_of: the compute dtype, a loss's fp32); the layernorm backward sums are fp32.
+// and added after, so it needs neither a temporary nor a copy; a part view (Q, K, V; gate, up)
+// adds its part into its input's gradient when another part made it (adds_part_in_place), and a
+// silu_mul reads gate and up out of the fused projection a chunk at a time (silu_mul_chunks).
+// After an op's backward its saved tensors and its output's gradient are dropped. A gradient has
+// its tensor's dtype (dtype_of: the compute dtype, a loss's fp32); the layernorm backward sums are
+// fp32.
 #pragma once
 
 #include "carto/runtime/executor/forward.hpp"
@@ -71,6 +74,21 @@ inline void Executor::recompute(std::int32_t group) {
   for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
     for (TensorId t : g_.ops()[static_cast<std::size_t>(k)].inputs) act_[t.index()].reset();
   }
+}
+
+// Whether op k is a view of one part of its input (split_heads or split_groups of a fused
+// projection) whose input gradient exists already, stored as this op's gradient spec (no Partial,
+// no move): its backward then adds its part in place, where another part's backward allocated it.
+inline bool Executor::adds_part_in_place(std::size_t k) const {
+  const Op& op = g_.ops()[k];
+  if (op.kind != OpKind::view ||
+      (op.view != ViewKind::split_heads && op.view != ViewKind::split_groups))
+    return false;
+  const TensorId t = op.inputs[0];
+  if (g_.tensor(t).shape.numel() == g_.tensor(op.output).shape.numel()) return false;
+  const ShardingSpec& have = st_[k].gradients[0];
+  return grad_[t.index()] != nullptr && !have.is_partial() &&
+         have == without_partial(stored_[t.index()]);
 }
 
 // Adds an input gradient (in the strategy's gradient spec) where it belongs.
@@ -136,6 +154,12 @@ inline void Executor::run_backward(std::size_t k) {
       dx[i] = use->accumulator;
       mode[i] = use->accumulated ? CopyMode::accumulate : CopyMode::assign;
       use->accumulated = true;
+      in_place[i] = true;
+    } else if (adds_part_in_place(k)) {
+      // A part view (Q, K or V of the fused QKV; gate or up) whose input already has a gradient
+      // in the spec this one is written in: add the part into it, as the schedule counts.
+      dx[i] = grad_[op.inputs[i].index()];
+      mode[i] = CopyMode::accumulate;
       in_place[i] = true;
     } else {
       dx[i] = allocate(g_local[i], dtype_of(op.inputs[i]), MemoryCategory::temporaries);
@@ -295,7 +319,19 @@ inline void Executor::run_backward(std::size_t k) {
       // gradient buffers, assigned.
       CARTO_CHECK(dx[0] && dx[1] && mode[0] == mode[1],
                   "silu_mul's gate and up gradients are written in one mode");
-      be_.silu_mul_backward(X(0), X(1), dY, DX(0), DX(1), mode[0]);
+      if (!silu_mul_in_place(k)) {
+        be_.silu_mul_backward(X(0), X(1), dY, DX(0), DX(1), mode[0]);
+        break;
+      }
+      CARTO_CHECK(sv.inputs[0].buffer != nullptr, "silu_mul's gate/up projection was not saved");
+      const DType dt = compute_;
+      silu_mul_chunks(k, *sv.inputs[0].buffer,
+                      [&](ConstTensorView gate, ConstTensorView up, std::int64_t offset,
+                          const TensorShape& chunk) {
+                        be_.silu_mul_backward(gate, up, offset_view(*dy_buf, offset, chunk, dt),
+                                              offset_view(*dx[0], offset, chunk, dt),
+                                              offset_view(*dx[1], offset, chunk, dt), mode[0]);
+                      });
       break;
     }
     case OpKind::rotary: be_.rotary_backward(dY, DX(0), rotary_args(k), mode[0]); break;

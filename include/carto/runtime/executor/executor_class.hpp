@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -350,6 +351,10 @@ class Executor {
   inline void rmsnorm_forward(std::size_t k, ConstTensorView x, ConstTensorView gamma, TensorView y,
                               Saved& sv);
   [[nodiscard]] inline RotaryArgs rotary_args(std::size_t k) const;
+  [[nodiscard]] inline bool silu_mul_in_place(std::size_t k) const;
+  using ChunkBody = std::function<void(ConstTensorView gate, ConstTensorView up,
+                                       std::int64_t offset, const TensorShape& chunk)>;
+  inline void silu_mul_chunks(std::size_t k, const Buffer& base, const ChunkBody& body);
   [[nodiscard]] inline const AxisList& vocab_axes(std::size_t k) const;
   inline CrossEntropyArgs ce_args(std::size_t k) const;
   inline void cross_entropy_forward(std::size_t k, ConstTensorView logits, IndexView targets,
@@ -365,6 +370,7 @@ class Executor {
   // ---- backward.hpp: the backward pass and recomputation ----
   inline void backward();
   inline void recompute(std::int32_t group);
+  [[nodiscard]] inline bool adds_part_in_place(std::size_t k) const;
   inline void route_gradient(std::size_t k, std::size_t i, std::shared_ptr<Buffer> grad);
   inline void run_backward(std::size_t k);
 

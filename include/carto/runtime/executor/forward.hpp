@@ -97,7 +97,12 @@ inline void Executor::run_forward(std::size_t k, bool keep) {
 
   std::array<Read, 3> in{};
   std::array<TensorShape, 3> in_local{};
+  const bool glu_in_place = silu_mul_in_place(k);
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+    if (glu_in_place) {  // gate and up stay in the fused projection; it is what is saved
+      if (keep && is_saved(op.inputs[i])) sv.inputs[i] = {act_[op.inputs[i].index()], false};
+      continue;
+    }
     in[i] = read_input(k, i);
     in_local[i] = local_of(op.inputs[i], without_partial(s.sharding.inputs[i]));
     const TensorId t = op.inputs[i];
@@ -155,7 +160,18 @@ inline void Executor::run_forward(std::size_t k, bool keep) {
     case OpKind::fused_attention: attention_forward(k, X(0), X(1), X(2), Y, sv); break;
     case OpKind::view: view_copy(op, X(0), Y, CopyMode::assign, false); break;
     case OpKind::rmsnorm: rmsnorm_forward(k, X(0), X(1), Y, sv); break;
-    case OpKind::silu_mul: be_.silu_mul_forward(X(0), X(1), Y); break;
+    case OpKind::silu_mul:
+      if (!glu_in_place) {
+        be_.silu_mul_forward(X(0), X(1), Y);
+        break;
+      }
+      silu_mul_chunks(k, *act_[op.inputs[0].index()],
+                      [&](ConstTensorView gate, ConstTensorView up, std::int64_t offset,
+                          const TensorShape& chunk) {
+                        be_.silu_mul_forward(gate, up,
+                                             offset_view(*y, offset, chunk, dtype_of(out)));
+                      });
+      break;
     case OpKind::rotary: be_.rotary_forward(X(0), Y, rotary_args(k)); break;
   }
   act_[out.index()] = y;
@@ -205,6 +221,60 @@ inline void Executor::rmsnorm_forward(std::size_t k, ConstTensorView x, ConstTen
   all_reduce(sums.view(rows), s.sharding.inputs[0].dims()[op.dim], ReduceOp::sum);
   be_.rmsnorm_apply(x, sums.view(rows), g_.tensor(op.inputs[0]).shape.dims()[op.dim].extent, gamma,
                     y, sv.state1.view(rows), opt_.rmsnorm);
+}
+
+// Whether op k is a silu_mul whose gate and up are lazy views, read as stored, of one stored
+// fused gate/up projection (split_heads parts of head size 1): it then reads them in place.
+inline bool Executor::silu_mul_in_place(std::size_t k) const {
+  const Op& op = g_.ops()[k];
+  if (op.kind != OpKind::silu_mul) return false;
+  TensorId base{};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const TensorId t = op.inputs[i];
+    if (!lazy_[t.index()] || !(st_[k].sharding.inputs[i] == stored_[t.index()])) return false;
+    const Op& view = g_.op(g_.tensor(t).producer);
+    if (view.view != ViewKind::split_heads || g_.tensor(t).shape.dims()[3].extent != 1 ||
+        lazy_[view.inputs[0].index()])
+      return false;
+    if (i == 1 && !(view.inputs[0] == base)) return false;
+    base = view.inputs[0];
+  }
+  return true;
+}
+
+// Calls body(gate, up, offset, chunk) on chunks of gate and up (B, F, S, 1) — one batch row and
+// at most F/8 of the columns, copied out of the fused (B, S, 2F) projection `base` — with the
+// element offset of the chunk in that layout, so the copies live a chunk at a time (the schedule
+// counts gate and up as views of the projection, not as copies).
+inline void Executor::silu_mul_chunks(std::size_t k, const Buffer& base, const ChunkBody& body) {
+  const Op& op = g_.ops()[k];
+  const TensorId b = g_.op(g_.tensor(op.inputs[0]).producer).inputs[0];
+  const TensorShape gl = local_of(op.inputs[0], stored_[op.inputs[0].index()]);  // (B, F, S, 1)
+  const TensorShape bl = local_of(b, stored_[b.index()]);                        // (B, S, W)
+  const std::int64_t rows = gl.dims()[0].extent, f = gl.dims()[1].extent, s = gl.dims()[2].extent;
+  const std::int64_t w = bl.dims()[2].extent, parts = w / f;
+  const std::int64_t fc = std::max<std::int64_t>(1, (f + 7) / 8);
+  const ConstTensorView whole = view_of(b, base, bl);
+  const TensorShape most{{"chunk", fc * s}};
+  Buffer gate = buffer(most, compute_, MemoryCategory::temporaries);
+  Buffer up = buffer(most, compute_, MemoryCategory::temporaries);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t f0 = 0; f0 < f; f0 += fc) {
+      const std::int64_t n = std::min(fc, f - f0);
+      const TensorShape chunk{
+          {gl.dims()[0].name, 1}, {gl.dims()[1].name, n}, gl.dims()[2], gl.dims()[3]};
+      const Index ext{1, n, s, 1};
+      const StridedBox dense = box_of(chunk, {.offset = exec_detail::filled(4, 0), .extent = ext});
+      for (std::size_t i = 0; i < 2; ++i) {
+        const auto part = static_cast<std::int64_t>(g_.op(g_.tensor(op.inputs[i]).producer).dim);
+        StridedBox from = heads_box(bl, parts, part, f);
+        from.offset += r * s * w + f0 * parts;
+        be_.copy_strided(whole, from, (i == 0 ? gate : up).view(chunk, compute_), dense, ext,
+                         CopyMode::assign);
+      }
+      body(gate.view(chunk, compute_), up.view(chunk, compute_), (r * f + f0) * s, chunk);
+    }
+  }
 }
 
 // θ and the global position of the local shard's first row (the sequence is the second-to-last

@@ -1,14 +1,20 @@
-// carto-demo — trains a character-level GPT on the license texts every Debian system ships, on a
-// simulated mesh of CPU ranks (threads of this process): it plans under a memory budget per rank,
-// prints the plan with its predicted step time and peak memory, trains with a progress line, sets
-// the measured peak memory and step time beside the prediction, and samples some text.
+// carto-demo — trains a character-level GPT or Llama (--arch) on the license texts every Debian
+// system ships, on a simulated mesh of CPU ranks (threads of this process): it plans under a memory
+// budget per rank, prints the plan with its predicted step time and peak memory, trains with a
+// progress line, sets the measured peak memory and step time beside the prediction, and samples
+// some text.
 //
-//   carto-demo [--mesh 2x2] [--budget 3MiB] [--steps 200] [--json report.json] ...  (see --help)
+//   carto-demo [--arch gpt|llama] [--mesh 2x2] [--budget 3MiB] [--steps 200] [--json report.json]
+//              ...  (see --help)
+//
+// --arch llama: build_llama with RMSNorm, SwiGLU (--ffn), rotary embeddings (theta 10000) and
+// grouped-query attention (--kv-heads), untied head, no biases, no dropout.
 //
 // Files: corpus.* (the text and its batches), planning.* (the search on one mesh, plan files),
 // training.* (thread ranks, Trainer, sampling), report.* (what is printed and written).
 #include <carto/error.hpp>
 #include <carto/layers/gpt.hpp>
+#include <carto/layers/llama.hpp>
 #include <carto/runtime/checkpoint.hpp>
 #include <carto/spec/text.hpp>
 #include <carto/util/checked.hpp>
@@ -37,6 +43,10 @@ constexpr const char* kCommand = "carto-demo";
 
 std::vector<carto::cli::FlagSpec> flag_specs() {
   return {
+      {"arch", true,
+       "gpt (LayerNorm, GELU MLP, learned positions, tied head) or llama (RMSNorm, SwiGLU, rotary "
+       "embeddings with theta 10000, grouped-query attention, untied head, no biases, no "
+       "dropout) (default gpt)"},
       {"mesh", true, "the mesh of CPU thread ranks: 2x2, 4, 2x2x2, dp=2,tp=2 (default 2x2)"},
       {"budget", true,
        "memory budget per rank, e.g. 3MiB (default: halfway between the least memory any plan "
@@ -45,11 +55,17 @@ std::vector<carto::cli::FlagSpec> flag_specs() {
       {"layers", true, "transformer blocks (default 2)"},
       {"hidden", true, "hidden size (default 64)"},
       {"heads", true, "attention heads; they divide --hidden (default 4)"},
+      {"kv-heads", true,
+       "--arch llama: key/value heads; they divide --heads (default --heads / 2 when --heads is "
+       "even, else --heads)"},
+      {"ffn", true,
+       "--arch llama: SwiGLU width (default 8/3 x --hidden rounded up to a multiple of 8: 176 "
+       "for --hidden 64)"},
       {"seq", true, "context length in characters (default 64)"},
       {"batch", true, "sequences per step, all micro-batches together (default 16)"},
       {"micro-batches", true, "micro-batch counts the search tries, e.g. 1,2 (default 1)"},
       {"lr", true, "AdamW learning rate (default 0.003)"},
-      {"dropout", true, "dropout probability in [0, 1) (default 0)"},
+      {"dropout", true, "dropout probability in [0, 1); --arch gpt only (default 0)"},
       {"dtype", true,
        "fp32, or bf16: mixed precision (bf16 activations, gradients and parameter copies; fp32 "
        "master weights, AdamW state and loss) in planning and training (default fp32)"},
@@ -171,11 +187,20 @@ int run(const std::vector<std::string>& args) {
   const carto::cli::Flags flags(kCommand, flag_specs(), args);
   if (flags.has("help")) {
     std::cout << "usage: carto-demo [flags]\n"
-                 "Trains a character-level GPT on a simulated mesh of CPU thread ranks under a "
-                 "memory budget per rank,\nand compares measured peak memory and step time with "
-                 "the plan's prediction.\n\n"
+                 "Trains a character-level GPT (--arch gpt) or Llama (--arch llama) on a "
+                 "simulated mesh of CPU thread\nranks under a memory budget per rank, and compares "
+                 "measured peak memory and step time with the\nplan's prediction.\n\n"
               << flags.help();
     return 0;
+  }
+  const bool llama = flags.choice("arch", {"gpt", "llama"}).value_or("gpt") == "llama";
+  if (!llama) {
+    for (const char* flag : {"kv-heads", "ffn"}) {
+      if (flags.has(flag)) {
+        throw UsageError(std::string(kCommand) + ": --" + flag +
+                         " applies to --arch llama only; pass --arch llama or drop --" + flag);
+      }
+    }
   }
   const auto wall_start = std::chrono::steady_clock::now();
   const carto::DeviceMesh mesh = parsed("mesh", flags.text("mesh").value_or("2x2"),
@@ -221,6 +246,11 @@ int run(const std::vector<std::string>& args) {
     throw UsageError(std::string(kCommand) + ": --resume needs a checkpoint folder");
   }
   const double dropout = flags.probability("dropout").value_or(0.0);
+  if (llama && dropout != 0) {
+    throw UsageError(std::string(kCommand) + ": --dropout " + *flags.text("dropout") +
+                     " does not apply to --arch llama (Llama trains without dropout); drop "
+                     "--dropout or pass --arch gpt");
+  }
   const double tolerance = number(flags, "tolerance", 0.05, true);
   if (tolerance >= 1) {
     throw UsageError(std::string(kCommand) + ": --tolerance needs a number in [0, 1), got '" +
@@ -230,15 +260,41 @@ int run(const std::vector<std::string>& args) {
   const carto::Precision precision = precision_flag(flags);
 
   const demo::Corpus corpus = demo::Corpus::load(flags.text("data").value_or(""));
-  const carto::GptConfig config{
-      .name = "char-gpt",
+  carto::GptConfig config{
+      .name = llama ? "char-llama" : "char-gpt",
       .layers = flags.positive_at_most("layers", carto::kMaxLayers, "one graph holds every layer")
                     .value_or(2),
       .hidden = flags.positive("hidden").value_or(64),
       .heads = flags.positive("heads").value_or(4),
       .vocab = corpus.vocab_size(),
       .seq = flags.positive("seq").value_or(64)};
-  if (auto problem = carto::check_config(config)) {
+  // --arch llama: the sizes above, and the GQA, SwiGLU and rotary settings.
+  std::optional<carto::LlamaConfig> llama_config;
+  if (llama) {
+    config.tied_lm_head = false;
+    const std::int64_t heads = config.heads;
+    const std::int64_t hidden = config.hidden;
+    llama_config = carto::LlamaConfig{
+        .name = config.name,
+        .layers = config.layers,
+        .hidden = hidden,
+        .heads = heads,
+        .kv_heads = flags.positive("kv-heads").value_or(heads % 2 == 0 ? heads / 2 : heads),
+        // 8/3 hidden rounded up to a multiple of 8.
+        .ffn_hidden = flags.positive("ffn").value_or(carto::checked_mul(
+            hidden / 3 + (hidden % 3 != 0 ? 1 : 0), 8, "the default --ffn, 8/3 x --hidden")),
+        .vocab = config.vocab,
+        .seq = config.seq,
+        .rope_theta = 10000.0,  // the small-model default (Llama 3's presets use 500000)
+        .norm_eps = 1e-5,
+        .tied_lm_head = false,
+        .biases = false};
+    if (auto problem = carto::check_config(*llama_config)) {
+      throw UsageError(std::string(kCommand) + ": " + *problem +
+                       " (--layers, --hidden, --heads, --kv-heads, --ffn, --seq)");
+    }
+    settings.rmsnorm_epsilon = static_cast<float>(llama_config->norm_eps);
+  } else if (auto problem = carto::check_config(config)) {
     throw UsageError(std::string(kCommand) + ": " + *problem +
                      " (--layers, --hidden, --heads, --seq)");
   }
@@ -253,20 +309,28 @@ int run(const std::vector<std::string>& args) {
   for (const std::string& f : corpus.files()) std::cout << "  " << f << "\n";
 
   const demo::MakeGraph make_graph = [&](std::int64_t micro_batch) {
-    return carto::build_gpt(config,
-                            {.batch = micro_batch, .precision = precision, .dropout = dropout});
+    const carto::ProfileOptions options{
+        .batch = micro_batch, .precision = precision, .dropout = dropout};
+    return llama_config ? carto::build_llama(*llama_config, options)
+                        : carto::build_gpt(config, options);
   };
+  // The model's name in plan files, their check on --plan, and the report.
   std::ostringstream model_name;
-  model_name << "char-gpt layers=" << config.layers << " hidden=" << config.hidden
-             << " heads=" << config.heads << " vocab=" << config.vocab << " seq=" << config.seq
-             << " batch=" << settings.batch << " dropout=" << dropout
-             << (precision == carto::Precision::mixed_bf16 ? " dtype=bf16" : "");
+  model_name << config.name << " layers=" << config.layers << " hidden=" << config.hidden
+             << " heads=" << config.heads;
+  if (llama_config) {
+    model_name << " kv_heads=" << llama_config->kv_heads << " ffn=" << llama_config->ffn_hidden;
+  }
+  model_name << " vocab=" << config.vocab << " seq=" << config.seq << " batch=" << settings.batch;
+  if (!llama_config) model_name << " dropout=" << dropout;
+  model_name << (precision == carto::Precision::mixed_bf16 ? " dtype=bf16" : "");
 
   // The calibrated profile of this machine when bench_calibrate has written one
   // (cost/hardware.hpp).
   const carto::CpuProfileChoice hardware =
       carto::cpu_profile(mesh.num_devices(), std::thread::hardware_concurrency());
   demo::RunInfo info{.model = config,
+                     .llama = llama_config,
                      .dropout = dropout,
                      .corpus = &corpus,
                      .hardware = hardware.profile,
@@ -279,7 +343,12 @@ int run(const std::vector<std::string>& args) {
       if (t.kind == carto::TensorKind::parameter) info.parameters += t.shape.numel();
     }
   }
-  std::cout << "model: " << model_name.str() << ": " << info.parameters << " parameters\n";
+  std::cout << "model: " << model_name.str() << ": " << info.parameters << " parameters";
+  if (llama_config) {
+    std::cout << " (RMSNorm, SwiGLU, rotary theta " << llama_config->rope_theta
+              << ", grouped-query attention, untied head, no biases)";
+  }
+  std::cout << "\n";
   std::cout << "mesh: " << mesh << ", " << mesh.num_devices() << " CPU thread rank"
             << (mesh.num_devices() == 1 ? "" : "s") << " on " << info.cores << " cores\n"
             << hardware.note << "\n\n";

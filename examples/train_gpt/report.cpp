@@ -174,11 +174,19 @@ Json report_json(const carto::Plan& plan, const TrainResult& result, const Train
   j["format"] = "carto-demo-report/1";
   Json& model = j["model"];
   model["name"] = plan.model;
+  model["architecture"] = std::string(info.llama ? "llama" : "gpt");
   model["layers"] = info.model.layers;
   model["hidden"] = info.model.hidden;
   model["heads"] = info.model.heads;
   model["vocab"] = info.model.vocab;
   model["seq"] = info.model.seq;
+  if (info.llama) {
+    model["kv_heads"] = info.llama->kv_heads;
+    model["ffn_hidden"] = info.llama->ffn_hidden;
+    model["rope_theta"] = info.llama->rope_theta;
+    model["norm_eps"] = info.llama->norm_eps;
+    model["tied_lm_head"] = info.llama->tied_lm_head;
+  }
   model["batch"] = settings.batch;
   model["dropout"] = info.dropout;
   model["precision"] = std::string(carto::to_string_view(plan.precision));

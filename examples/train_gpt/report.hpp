@@ -4,6 +4,7 @@
 
 #include <carto/cost/hardware.hpp>
 #include <carto/layers/gpt.hpp>
+#include <carto/layers/llama.hpp>
 #include <carto/search.hpp>
 #include <carto/util/json.hpp>
 #include <iosfwd>
@@ -16,7 +17,8 @@
 namespace demo {
 
 struct RunInfo {
-  carto::GptConfig model{};
+  carto::GptConfig model{};  // the sizes (layers, hidden, heads, vocab, seq) of either architecture
+  std::optional<carto::LlamaConfig> llama{};  // set: the run trains this Llama (--arch llama)
   double dropout = 0;
   std::int64_t parameters = 0;
   const Corpus* corpus = nullptr;

@@ -22,7 +22,8 @@ using namespace carto;
 
 namespace {
 
-// The graph's two token inputs, (ids, targets), in tensor order as build_gpt makes them.
+// The graph's two token inputs, (ids, targets), in tensor order as build_gpt and build_llama make
+// them.
 std::vector<TensorId> token_inputs(const Graph& g) {
   std::vector<TensorId> out;
   for (std::size_t t = 0; t < g.tensors().size(); ++t) {
@@ -140,6 +141,7 @@ TrainResult train(const Graph& micro_graph, const Plan& plan, const Corpus& corp
     Trainer trainer(micro_graph, plan, backend, comms, hw,
                     {.seed = settings.seed,
                      .adamw = {.learning_rate = settings.learning_rate},
+                     .rmsnorm = {.epsilon = settings.rmsnorm_epsilon},
                      .trace = tracing ? &traced : nullptr});
     std::int64_t first = 0;  // a resumed run continues at the checkpoint's data position
     if (!settings.resume.empty()) {

@@ -32,6 +32,8 @@ struct TrainSettings {
   std::int64_t sample_chars = 0;  // per line; 0: no sampling
   std::int64_t sample_lines = 3;
   double temperature = 0.8;
+  // RMSNorm's epsilon of an --arch llama run (LlamaConfig::norm_eps).
+  float rmsnorm_epsilon = 1e-5f;
   // Checkpoints (carto/runtime/checkpoint.hpp): saved into `checkpoint` every `save_every` steps
   // (0: none between) and after the last; `resume` is loaded first and training continues at its
   // data position (the next step's batch).

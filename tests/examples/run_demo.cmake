@@ -7,6 +7,12 @@
 #   bf16           a short run with --dtype bf16 on 2 thread ranks: planned and trained in mixed
 #                  bf16 (the plan line says so, the report's plan has precision mixed_bf16), with
 #                  finite losses and the memory table
+#   llama          a 20-step --arch llama run on 2 thread ranks: the loss falls (the mean of the
+#                  last 10 steps at least 0.2 below that of the first 10), the report says llama with its
+#                  kv_heads and ffn_hidden, and its saved plan reloads with --plan and is refused
+#                  by a GPT run of the same sizes (another model name)
+#   llama-flags    --arch llama with --dropout 0.1, --kv-heads 3 (not dividing --heads 4), and
+#                  --kv-heads with --arch gpt: exit code 2 and a line naming the flag
 # The model is tiny and the meshes 1-D, so each case takes seconds.
 set(tiny --layers 1 --hidden 32 --heads 2 --seq 16 --batch 8 --sample 16)
 
@@ -102,6 +108,54 @@ elseif(CASE STREQUAL "bf16")
   json_get(predicted "${report}" memory ranks 0 predicted_peak_bytes)
   message(STATUS "bf16: last loss ${last}; rank 0 peak ${measured} B measured, ${predicted} B "
                  "predicted")
+elseif(CASE STREQUAL "llama")
+  set(llama_args --arch llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --seq 32 --batch 8)
+  run_demo(${llama_args} --mesh 2 --steps 20 --sample 50 --json ${WORK}/report.json
+           --save-plan ${WORK}/plan.json)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the llama run failed (exit code ${rc}):\n${out}\n${err}")
+  endif()
+  foreach(line "model: char-llama layers=2 hidden=32 heads=4 kv_heads=2 ffn=88 " "step +20/20  loss"
+               "peak memory per rank" "samples \\(")
+    if(NOT out MATCHES "${line}")
+      message(FATAL_ERROR "the output lacks '${line}':\n${out}")
+    endif()
+  endforeach()
+  if(NOT out MATCHES "mean of the first 10 steps ([0-9.]+), of the last 10 ([0-9.]+)")
+    message(FATAL_ERROR "the output lacks the loss summary:\n${out}")
+  endif()
+  set(first "${CMAKE_MATCH_1}")
+  set(last "${CMAKE_MATCH_2}")
+  # In thousandths (printed with 3 decimals): the last 10 steps' mean 0.2 or more below the first's.
+  string(REPLACE "." "" first_milli "${first}")
+  string(REPLACE "." "" last_milli "${last}")
+  math(EXPR fall "${first_milli} - ${last_milli}")
+  if(fall LESS 200)
+    message(FATAL_ERROR "the loss did not fall by 0.2: mean ${first} over the first 10 steps, "
+                        "${last} over the last 10:\n${out}")
+  endif()
+  file(READ ${WORK}/report.json report)
+  json_get(arch "${report}" model architecture)
+  json_get(kv_heads "${report}" model kv_heads)
+  json_get(ffn "${report}" model ffn_hidden)
+  if(NOT arch STREQUAL "llama" OR NOT kv_heads EQUAL 2 OR NOT ffn EQUAL 88)
+    message(FATAL_ERROR "the report's model is ${arch}, kv_heads ${kv_heads}, ffn ${ffn}")
+  endif()
+  run_demo(${llama_args} --mesh 2 --steps 1 --sample 0 --plan ${WORK}/plan.json)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "loaded from ${WORK}/plan.json")
+    message(FATAL_ERROR "reloading the llama plan failed (exit code ${rc}):\n${out}\n${err}")
+  endif()
+  expect_usage_error("the --plan file '[^']*' is for model 'char-llama layers=2 hidden=32 heads=4 kv_heads=2 ffn=88 "
+                     --layers 2 --hidden 32 --heads 4 --seq 32 --batch 8 --mesh 2 --steps 1
+                     --plan ${WORK}/plan.json)
+  message(STATUS "llama: loss mean ${first} over the first 10 steps -> ${last} over the last 10")
+elseif(CASE STREQUAL "llama-flags")
+  set(llama_args --arch llama --layers 1 --hidden 32 --heads 4 --seq 16 --batch 8 --mesh 2 --steps 1)
+  expect_usage_error("--dropout 0.1 does not apply to --arch llama" ${llama_args} --dropout 0.1)
+  expect_usage_error("model 'char-llama': kv_heads \\(3\\) must divide heads \\(4\\)[^\n]*--kv-heads"
+                     ${llama_args} --kv-heads 3)
+  expect_usage_error("--kv-heads applies to --arch llama only" ${tiny} --mesh 2 --steps 1
+                     --kv-heads 1)
 elseif(CASE STREQUAL "bad-data")
   expect_usage_error("cannot read --data '${WORK}/no-such-file'" ${tiny} --mesh 2 --steps 1
                      --data ${WORK}/no-such-file)

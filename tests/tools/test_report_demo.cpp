@@ -99,3 +99,36 @@ TEST_CASE("carto-plan report --measured shows a carto-demo run's numbers",
   CHECK(near(std::stod(m[2]), losses.back().as_double(), 5e-4));
   fs::remove_all(dir);
 }
+
+TEST_CASE("carto-plan report of a carto-demo --arch llama run rebuilds the run's Llama",
+          "[tools][report][demo]") {
+  const fs::path dir =
+      fs::temp_directory_path() / ("carto_report_demo_llama_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string run_path = (dir / "run.json").string(),
+                    plan_path = (dir / "plan.json").string();
+  const carto::testing::Run trained = carto::testing::run_command(
+      std::string(CARTO_DEMO_PATH) +
+      " --arch llama --layers 1 --hidden 32 --heads 4 --kv-heads 2 --ffn 40 --seq 16 --batch 8"
+      " --steps 2 --sample 0 --mesh 2 --json " +
+      run_path + " --save-plan " + plan_path);
+  INFO(trained.output);
+  REQUIRE(trained.code == 0);
+  // The run alone, and the plan file with the run as --measured: the run's kv heads and SwiGLU
+  // width (which no size flag carries) rebuild the graph the plan's fingerprint names.
+  for (const std::string& args :
+       {"report " + run_path + " -o " + (dir / "a.html").string(),
+        "report " + plan_path + " --measured " + run_path + " -o " + (dir / "b.html").string()}) {
+    const carto::testing::Run reported = carto::testing::run_carto_plan(args);
+    INFO(args << ": " << reported.output);
+    REQUIRE(reported.code == 0);
+  }
+  for (const char* name : {"a.html", "b.html"}) {
+    const std::string page = slurp((dir / name).string());
+    INFO(name);
+    CHECK(page.find("char-llama (Llama): 1 layers, hidden 32, 4 heads, 2 kv heads, SwiGLU width "
+                    "40") != std::string::npos);
+    CHECK(page.find("<section id=\"measured\">") != std::string::npos);
+  }
+  fs::remove_all(dir);
+}

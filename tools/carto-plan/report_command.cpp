@@ -143,6 +143,41 @@ std::string run_int(const Json& run, std::initializer_list<std::string_view> pat
   return j != nullptr && j->is_int() ? std::to_string(j->as_int()) : std::string();
 }
 
+// The Llama a run report describes (carto-demo --arch llama: model.architecture "llama" with its
+// sizes), named `name`; nullopt for a GPT run.
+std::optional<LlamaConfig> run_llama(const Json& run, const std::string& path,
+                                     const std::string& name) {
+  const Json* arch = run_member(run, {"model", "architecture"});
+  if (arch == nullptr || !arch->is_string() || arch->as_string() != "llama") return std::nullopt;
+  auto size = [&](std::string_view f) {
+    const Json* j = run_member(run, {"model", f});
+    if (j == nullptr || !j->is_int())
+      throw cli::UsageError("report: '" + path + "' lacks model." + std::string(f));
+    return j->as_int();
+  };
+  auto number = [&](std::string_view f) {
+    const Json* j = run_member(run, {"model", f});
+    if (j == nullptr || !j->is_number())
+      throw cli::UsageError("report: '" + path + "' lacks model." + std::string(f));
+    return j->as_double();
+  };
+  const Json* tied = run_member(run, {"model", "tied_lm_head"});
+  LlamaConfig c{.name = name,
+                .layers = size("layers"),
+                .hidden = size("hidden"),
+                .heads = size("heads"),
+                .kv_heads = size("kv_heads"),
+                .ffn_hidden = size("ffn_hidden"),
+                .vocab = size("vocab"),
+                .seq = size("seq"),
+                .rope_theta = number("rope_theta"),
+                .norm_eps = number("norm_eps"),
+                .tied_lm_head = tied != nullptr && tied->is_bool() && tied->as_bool()};
+  if (auto problem = check_config(c))
+    throw cli::UsageError("report: '" + path + "' describes no valid Llama: " + *problem);
+  return c;
+}
+
 bool same_plan(const Plan& a, const Plan& b) {
   return a.strategy == b.strategy && a.zero_stage == b.zero_stage &&
          a.micro_batches == b.micro_batches && a.precision == b.precision &&
@@ -245,7 +280,20 @@ int report_command(const std::vector<std::string>& raw, std::ostream& out) {
       args.insert(args.end(), {"--memory", run_int(run, {"budget_bytes"})});
   }
   const cli::Flags flags("report", specs, args);
-  const ModelChoice model = choose_model(flags, "report");
+  ModelChoice model = choose_model(flags, "report");
+  // A Llama run's own sizes (kv heads, SwiGLU width, rotary θ), which no size flag carries.
+  std::string run_model_name = "llama";  // the first word of the run's model name
+  if (const Json* n = run_path ? run_member(run, {"model", "name"}) : nullptr;
+      n != nullptr && n->is_string() && !n->as_string().empty()) {
+    run_model_name = n->as_string().substr(0, n->as_string().find(' '));
+  }
+  if (!model_given && run_path) {
+    if (auto llama = run_llama(run, *run_path, run_model_name)) {
+      model.llama = llama;
+      model.gpt.name = llama->name;
+      model.gpt.tied_lm_head = llama->tied_lm_head;
+    }
+  }
   const AttentionKind attention = attention_from_flags(flags).value_or(ProfileOptions{}.attention);
   const std::int64_t batch = flags.positive("batch").value_or(1);
   // A run records its dropout (carto-demo's default is 0); a plan file alone: the profiler's.

@@ -130,7 +130,16 @@ TEST_CASE("an infeasible budget states the least memory any plan needs", "[searc
   REQUIRE_THROWS_WITH(search(tiny_graph, "tiny", 4, 2, hw, options),
                       Catch::Contains("no plan fits the memory budget") &&
                           Catch::Contains("the least memory any plan needs is") &&
-                          Catch::Contains("(" + std::to_string(least) + " bytes): mesh {x:2}"));
+                          Catch::Contains("(" + std::to_string(least) + " bytes): mesh {x:2}") &&
+                          Catch::Contains("micro-batch counts tried: 1; more micro-batches") &&
+                          Catch::Contains("try 1,2,4 (SearchOptions::micro_batches"));
+  // Every count that divides the batch of 4 tried down to one sequence each: no hint.
+  options.micro_batches = {1, 2, 4};
+  options.memory_budget = 1;
+  REQUIRE_THROWS_WITH(search(tiny_graph, "tiny", 4, 2, hw, options),
+                      Catch::Contains("the least memory any plan needs is") &&
+                          !Catch::Contains("micro-batch counts tried"));
+  options.micro_batches = {1};
   options.memory_budget = least;
   REQUIRE(search(tiny_graph, "tiny", 4, 2, hw, options).peak_memory_bytes == least);
 }
@@ -290,9 +299,9 @@ TEST_CASE("the standard space keeps axes in mesh order and is covered by the ful
   options.space = SearchSpace::standard;
   options.meshes = {parse_mesh("x=2,y=4")};
   options.pins = {parse_pin("block.0.einsum0=S(y,x),R")};
-  REQUIRE_THROWS_WITH(search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options),
-                      Catch::Contains("has no strategy left") &&
-                          Catch::Contains("a dim's axes in mesh order"));
+  REQUIRE_THROWS_WITH(
+      search(mlp_blocks, "blocks", kMlpBatch, 8, hw, options),
+      Catch::Contains("has no strategy left") && Catch::Contains("a dim's axes in mesh order"));
 }
 
 TEST_CASE("plans round-trip through JSON, wrong files name the field", "[search][plan]") {

@@ -7,9 +7,13 @@
 // SearchOptions::zero_stages, every micro-batch count in SearchOptions::micro_batches that divides
 // the global batch — merges the frontiers, and returns the fastest plan whose peak fits the budget,
 // with the merged frontier of the plans that fit (the DP drops partial plans over the budget, which
-// is exact for them and makes a tight budget cheaper to search). No plan fits: a carto::Error that
-// states the least memory any plan needs and which plan that is (found by a second sweep whose
-// DPs minimize the peak alone, DpOptions::least_memory). Two reductions keep that exact while
+// is exact for them and makes a tight budget cheaper to search). Once one budgeted DP has found
+// nothing, each later configuration first runs an exact DP of the peak alone
+// (DpOptions::least_memory, about the cost of the least-time one, a fraction of a budgeted
+// frontier's): one whose least memory is over the budget is skipped.
+// No plan fits: a carto::Error that states the least memory any plan needs and which plan that is
+// (the least of those DPs, run also for the configurations not yet tried, in increasing
+// parameter bytes until those alone reach the least found). Two reductions keep that exact while
 // running fewer DPs: of ZeRO stages 0-2 only the highest listed is searched (the others take the
 // same time with no less memory; the chosen plan is then reported under the lowest listed stage it
 // fits at), and of meshes that differ only by a renaming of axes with the same size and link, only
@@ -152,6 +156,28 @@ inline std::string mesh_cost_class(const DeviceMesh& mesh, const HardwareProfile
   return key;
 }
 
+// When every micro-batch count tried leaves more than one sequence per micro-batch, a hint that
+// more micro-batches (fewer sequences each, so less activation memory) may fit; else "".
+inline std::string more_micro_batches_hint(const std::vector<std::int64_t>& tried,
+                                           std::int64_t global_batch) {
+  std::int64_t most = 0;
+  std::string list;
+  for (const std::int64_t m : tried) {
+    if (m < 1 || global_batch % m != 0) continue;
+    most = std::max(most, m);
+    list += (list.empty() ? "" : ",") + concat(m);
+  }
+  if (most == 0 || most >= global_batch) return "";
+  std::string next = list;
+  for (std::int64_t m = most * 2; m <= std::min(global_batch, most * 16); m *= 2) {
+    if (global_batch % m == 0) next += "," + concat(m);
+  }
+  return concat("; micro-batch counts tried: ", list,
+                "; more micro-batches carry fewer sequences each and need less activation "
+                "memory: try ",
+                next, " (SearchOptions::micro_batches, carto-plan --micro-batches)");
+}
+
 }  // namespace detail
 
 // The joint search (see the design note). `make_graph(micro_batch)` builds the graph for one
@@ -197,9 +223,10 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     DeviceMesh mesh{};
     StrategyFilter filter{};
     int zero = 0;
-    double bound = 0;             // no more than the least time of any of its plans
-    bool exact_bound = false;     // bound is that least time (else its lower stage's)
-    std::int64_t parameters = 0;  // the least persistent bytes of any of its plans
+    double bound = 0;               // no more than the least time of any of its plans
+    bool exact_bound = false;       // bound is that least time (else its lower stage's)
+    std::int64_t parameters = 0;    // the least persistent bytes of any of its plans
+    std::int64_t least_bytes = -1;  // the least peak of any of its plans (-1: not yet known)
   };
   std::vector<Graph> graphs;
   std::vector<Config> configs;
@@ -292,6 +319,25 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     }
     return nullptr;
   };
+  // A configuration's least memory, time ignored (an exact DP of the peak alone, run once):
+  // before a budgeted DP, it tells whether any plan of the configuration fits (the budgeted DP of
+  // one that does not finds nothing, at the cost of a whole frontier), and when none fits
+  // anywhere it names the least memory. It keeps the leanest plan seen in `least`.
+  auto least_memory = [&](Config& c) {
+    if (c.least_bytes >= 0) return c.least_bytes;
+    DpOptions dp = dp_options(c, std::numeric_limits<std::int64_t>::max());
+    dp.least_memory = true;
+    dp.tolerance = 0;
+    const DpResult r = dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter);
+    c.least_bytes = std::numeric_limits<std::int64_t>::max();
+    for (const DpPoint& p : r.frontier) {
+      c.least_bytes = std::min(c.least_bytes, p.peak_bytes);
+      if (p.peak_bytes < least.point.peak_bytes) {
+        least = {.found = true, .time = 0, .point = p, .mesh = c.mesh, .dp = dp, .micro = c.micro};
+      }
+    }
+    return c.least_bytes;
+  };
   for (Config& c : configs) {
     c.parameters = least_parameter_bytes(graphs[c.graph], c.mesh, hw,
                                          dp_options(c, options.memory_budget), c.filter);
@@ -317,6 +363,9 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       std::stable_sort(configs.begin(), configs.end(),
                        [](const Config& a, const Config& b) { return a.bound < b.bound; });
     }
+    // Least-memory checks start once a budgeted DP has found nothing (the budget is tight): until
+    // then every configuration searched had a plan that fits, and a check would only add time.
+    bool check_fit = false;
     for (Config& c : configs) {
       if (options.time_bounds && best.found && c.bound >= best.time) break;
       if (c.parameters > budget) continue;  // its parameters alone are over the budget
@@ -325,8 +374,11 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
         c.exact_bound = true;
         if (c.bound >= best.time) continue;
       }
+      if (check_fit && least_memory(c) > budget) continue;  // no plan of it fits
       const DpOptions dp = dp_options(c, budget);
-      record(c, dp, dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter));
+      const DpResult r = dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter);
+      check_fit = check_fit || r.frontier.empty();
+      record(c, dp, r);
       ++searched;
     }
   };
@@ -340,12 +392,9 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     // parameter bytes, until those alone are no less than the least memory found (exact).
     std::stable_sort(configs.begin(), configs.end(),
                      [](const Config& a, const Config& b) { return a.parameters < b.parameters; });
-    for (const Config& c : configs) {
+    for (Config& c : configs) {
       if (least.found && c.parameters >= least.point.peak_bytes) break;
-      DpOptions dp = dp_options(c, std::numeric_limits<std::int64_t>::max());
-      dp.least_memory = true;
-      dp.tolerance = 0;
-      record(c, dp, dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter));
+      least_memory(c);
     }
     {
       DpOptions dp = least.dp;
@@ -358,7 +407,8 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
                  " per device; the least memory any plan needs is ",
                  format_bytes(least.point.peak_bytes), " (", least.point.peak_bytes,
                  " bytes): mesh ", least.mesh, ", ZeRO stage ", least.dp.zero_stage, ", ",
-                 least.micro, " micro-batches, step time ", least.time, " s");
+                 least.micro, " micro-batches, step time ", least.time, " s",
+                 detail::more_micro_batches_hint(options.micro_batches, global_batch));
   }
   // The merged frontier over every outer choice.
   std::sort(all.begin(), all.end(), [](const FrontierPoint& a, const FrontierPoint& b) {

@@ -51,7 +51,7 @@ carto_build() {
 # communicator, resharding and the executor on thread ranks.
 CARTO_SANITIZE_TESTS_ADDRESS=(test_spec test_util test_profile test_cost test_search test_dp
                               test_llama test_rng test_bf16 test_memory test_comm test_kernels
-                              test_reshard_exec test_executor test_weights)
+                              test_reshard_exec test_executor test_executor_llama test_weights)
 CARTO_SANITIZE_TESTS_THREAD=(test_comm test_reshard_exec test_executor)
 
 # carto_sanitize_build LIST: configures build-sanitize-<LIST with ',' as '-'> (Debug at -O1 with

@@ -245,14 +245,22 @@ TEST_CASE("carto-plan report of a Llama plan, and of a plan read with the other 
     CHECK(page.find("fused_attention") != std::string::npos);  // the Llama graph, fused
   }
 
-  // A Llama plan read with GPT flags, a GPT plan with Llama flags, the Llama plan's graph with
-  // materialized attention: each refused naming the fingerprint, exit code 2.
+  // Without --attention the fused plan is read with fused attention (its fingerprint names that
+  // graph, not the default's).
+  r = run("report " + llama_path + " -o " + dir + "/auto.html " + kTinyLlamaFlags +
+          " --gpus-per-node 2 --memory 1GiB");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(read_file(dir + "/auto.html") == read_file(dir + "/llama.html"));
+  // A Llama plan read with GPT flags, a GPT plan with Llama flags, the fused Llama plan with
+  // --attention materialized: each refused naming the fingerprint, exit code 2.
   r = run("plan " + kTinyFlags + " --devices 4" + setup + " --out " + gpt_path);
   REQUIRE(r.code == 0);
   for (const std::string& args :
        {"report " + llama_path + " " + kTinyFlags + setup,
         "report " + gpt_path + " " + kTinyLlamaFlags + setup,
-        "report " + llama_path + " " + kTinyLlamaFlags + " --gpus-per-node 2 --memory 1GiB"}) {
+        "report " + llama_path + " " + kTinyLlamaFlags +
+            " --gpus-per-node 2 --memory 1GiB --attention materialized"}) {
     r = run(args + " -o " + dir + "/x.html");
     INFO(args << ": " << r.output);
     CHECK(r.code == 2);

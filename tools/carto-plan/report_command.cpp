@@ -11,15 +11,17 @@
 // them and the file is checked against it (plan_from_json), so a wrong --batch is an error naming
 // the fingerprint, not a wrong picture. A Llama preset (--model llama3-8b and its size flags)
 // builds build_llama's graph, as `plan` did; a plan of one architecture read with the other's flags
-// fails the same check. A training run's report (carto-demo --json, which holds the plan it
-// trained, the model's sizes, the batch, the hardware profile and the budget) fills in every flag
-// not given, and its measurements are drawn beside the prediction; a run of another plan than
-// PLAN.json is refused.
+// fails the same check. Without --attention the default (materialized) is tried, then fused: the
+// file records no attention, and its fingerprint tells the two graphs apart. A training run's
+// report (carto-demo --json, which holds the plan it trained, the model's sizes, the batch, the
+// hardware profile and the budget) fills in every flag not given, and its measurements are drawn
+// beside the prediction; a run of another plan than PLAN.json is refused.
 #include "report_command.hpp"
 
 #include <carto/util/files.hpp>
 #include <carto/util/json.hpp>
 #include <carto/util/units.hpp>
+#include <exception>
 #include <ostream>
 
 #include "cli.hpp"
@@ -51,7 +53,8 @@ std::vector<cli::FlagSpec> report_flags() {
                    {"compare", true, "another plan file of the same model, shown beside it"},
                    {"batch", true, "the global batch the plan was made for (default 1)"},
                    {"attention", true,
-                    "materialized (default) or fused: the --attention the plan was made with"},
+                    "materialized or fused: the --attention the plan was made with (default: the "
+                    "one whose graph the plan file's fingerprint names)"},
                    {"hardware", true, "h100 (default), h200, a100, pcie, cpu, or a profile file"},
                    {"gpus-per-node", true, "devices per node of the hardware"},
                    {"memory", true, "the memory budget per device (default: the device's)"},
@@ -294,21 +297,39 @@ int report_command(const std::vector<std::string>& raw, std::ostream& out) {
       model.gpt.tied_lm_head = llama->tied_lm_head;
     }
   }
-  const AttentionKind attention = attention_from_flags(flags).value_or(ProfileOptions{}.attention);
+  const std::optional<AttentionKind> attention_flag = attention_from_flags(flags);
+  AttentionKind attention = attention_flag.value_or(ProfileOptions{}.attention);
   const std::int64_t batch = flags.positive("batch").value_or(1);
   // A run records its dropout (carto-demo's default is 0); a plan file alone: the profiler's.
   const Json* run_dropout = run_path ? run_member(run, {"model", "dropout"}) : nullptr;
   const double dropout = run_dropout != nullptr && run_dropout->is_number()
                              ? run_dropout->as_double()
                              : ProfileOptions{}.dropout;
-  const GraphMaker make_graph = [&model, dropout, attention](std::int64_t micro_batch,
-                                                             Precision precision) {
+  const GraphMaker make_graph = [&model, dropout, &attention](std::int64_t micro_batch,
+                                                              Precision precision) {
     ProfileOptions o{.precision = precision, .attention = attention, .dropout = dropout};
     o.batch = micro_batch;
     return build_model(model, o);
   };
-  const Plan plan =
-      plan_from_file_json(plan_json_of(plan_file, *plan_path), *plan_path, make_graph, batch);
+  auto read_plan = [&] {
+    return plan_from_file_json(plan_json_of(plan_file, *plan_path), *plan_path, make_graph, batch);
+  };
+  // Without --attention, a plan made with the other attention (the file's fingerprint tells the
+  // two graphs apart) is read with that one; when neither fits, the default's error stands.
+  Plan plan;
+  try {
+    plan = read_plan();
+  } catch (...) {
+    if (attention_flag) throw;
+    const std::exception_ptr first = std::current_exception();
+    attention =
+        attention == AttentionKind::fused ? AttentionKind::materialized : AttentionKind::fused;
+    try {
+      plan = read_plan();
+    } catch (...) {
+      std::rethrow_exception(first);
+    }
+  }
   std::optional<Measurements> measured;
   if (run_path) {
     measured = measurements_from_json(run, *run_path);

@@ -28,6 +28,7 @@
 
 #include "runtime/executor_cases.hpp"
 #include "runtime/llama_cases.hpp"
+#include "runtime/mixed_cases.hpp"
 #include "runtime/parity_cases.hpp"
 
 using namespace carto;
@@ -355,4 +356,50 @@ TEST_CASE("Llama memory matrix: measured peak memory is at most 5 % over the pre
   }
   WARN(table.str() << under << " checked plans measured more than 5% below the prediction");
   CHECK(over == 0);
+}
+
+TEST_CASE("Llama in mixed bf16: sharded training equals one device within bf16's bounds",
+          "[executor][llama][bf16]") {
+  // mixed_cases.hpp derives the bounds (bf16's unit roundoff over the graph's stores, AdamW with
+  // epsilon 1 so the update is linear in the gradients). One device in bf16 against fp32 (one
+  // bf16 run's rounding), then sharded bf16 plans against one device (two runs' rounding): random
+  // plans on 2x2 (chunked silu_mul, strided views, rotary shards), Megatron-style tp=2 and
+  // dp=2,tp=2, both attentions.
+  const DeviceMesh one = parse_mesh("1");
+  for (const AttentionKind attention : {AttentionKind::materialized, AttentionKind::fused}) {
+    INFO(to_string_view(attention) << " attention");
+    const Graph g32 = tiny_llama_graph(kMixedBatch, attention, Precision::fp32);
+    const Graph g = tiny_llama_graph(kMixedBatch, attention, Precision::mixed_bf16);
+    const RunResult fp32 = train(g32, make_plan(g32, one, replicated_strategies(g32, one)),
+                                 kMixedSteps, kMixedBatch, linear_adamw());
+    const RunResult ref = train(g, mixed(make_plan(g, one, replicated_strategies(g, one))),
+                                kMixedSteps, kMixedBatch, linear_adamw());
+    {
+      const MixedBounds b = mixed_bounds(g, fp32, 1);
+      INFO("one device, bf16 against fp32: " << describe(ref, fp32, b));
+      CHECK(compare_mixed(ref, fp32, b).empty());
+    }
+    const MixedBounds b = mixed_bounds(g, ref, 2);
+    std::vector<std::pair<std::string, Plan>> plans;
+    for (std::uint32_t seed : {11u, 12u}) {
+      const DeviceMesh mesh = parse_mesh("2x2");
+      plans.emplace_back(
+          "random#" + std::to_string(seed) + " 2x2",
+          mixed(make_plan(g, mesh, random_strategies(g, mesh, seed), static_cast<int>(seed % 2))));
+    }
+    for (const char* m : {"tp=2", "dp=2,tp=2"}) {
+      const DeviceMesh mesh = parse_mesh(m);
+      plans.emplace_back(std::string("megatron ") + m,
+                         mixed(make_plan(g, mesh, llama_megatron_strategy_indices(g, mesh), 1)));
+    }
+    for (const auto& [name, plan] : plans) {
+      const RunResult got = train(g, plan, kMixedSteps, kMixedBatch, linear_adamw());
+      INFO(name << ": " << describe(got, ref, b));
+      CHECK(compare_mixed(got, ref, b).empty());
+    }
+    // The check can fail: one step short misses a whole update.
+    const RunResult short_run = train(g, mixed(make_plan(g, one, replicated_strategies(g, one))),
+                                      kMixedSteps - 1, kMixedBatch, linear_adamw());
+    CHECK_FALSE(compare_mixed(short_run, ref, b).empty());
+  }
 }

@@ -1,12 +1,14 @@
 // Helpers the executor's parity tests share (test_executor.cpp for GPT, test_executor_llama.cpp):
 // training a plan on thread ranks, one forward/backward's loss and parameter gradients, a token
-// batch as the graph's inputs, and the largest difference of two gradient results.
+// batch as the graph's inputs, the largest difference of two gradient results, and the plan of a
+// frontier point within a budget.
 #pragma once
 
 #include <algorithm>
 #include <carto/cost/hardware.hpp>
 #include <carto/runtime/executor.hpp>
 #include <carto/runtime/thread_comm.hpp>
+#include <carto/search.hpp>
 #include <carto/search/strategy.hpp>
 #include <cmath>
 #include <cpu/cpu_backend.hpp>
@@ -101,6 +103,21 @@ inline double largest_difference(const GradResult& got, const GradResult& ref) {
       worst = std::max(worst, static_cast<double>(std::abs(got.grads[p][e] - ref.grads[p][e])));
   }
   return worst;
+}
+
+// The fastest point of a frontier within `budget` (the leanest when none fits), as a Plan.
+inline Plan plan_within(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
+                        const DpOptions& dp, const DpResult& r, std::int64_t budget) {
+  const DpPoint* best = &r.frontier.back();  // the least memory
+  for (const DpPoint& p : r.frontier) {
+    if (p.peak_bytes <= budget) {
+      best = &p;
+      break;
+    }
+  }
+  Plan plan;
+  detail::describe_plan(plan, g, mesh, hw, dp, *best);
+  return plan;
 }
 
 }  // namespace carto::testing

@@ -120,21 +120,6 @@ struct MatrixRow {
   std::int64_t with_workspace = 0;  // mixed bf16: the peak with the CPU kernels' workspace
 };
 
-// The fastest point of a frontier within `budget` (the leanest when none fits), as a Plan.
-Plan plan_within(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
-                 const DpOptions& dp, const DpResult& r, std::int64_t budget) {
-  const DpPoint* best = &r.frontier.back();  // the least memory
-  for (const DpPoint& p : r.frontier) {
-    if (p.peak_bytes <= budget) {
-      best = &p;
-      break;
-    }
-  }
-  Plan plan;
-  detail::describe_plan(plan, g, mesh, hw, dp, *best);
-  return plan;
-}
-
 }  // namespace
 
 TEST_CASE("parity and memory matrix: sharded training equals one device", "[executor]") {

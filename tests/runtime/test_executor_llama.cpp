@@ -187,21 +187,6 @@ struct MatrixRow {
   bool ran = true;
 };
 
-// The fastest point of a frontier within `budget` (the leanest when none fits), as a Plan.
-Plan plan_within(const Graph& g, const DeviceMesh& mesh, const HardwareProfile& hw,
-                 const DpOptions& dp, const DpResult& r, std::int64_t budget) {
-  const DpPoint* best = &r.frontier.back();  // the least memory
-  for (const DpPoint& p : r.frontier) {
-    if (p.peak_bytes <= budget) {
-      best = &p;
-      break;
-    }
-  }
-  Plan plan;
-  detail::describe_plan(plan, g, mesh, hw, dp, *best);
-  return plan;
-}
-
 // Trains every plan of the matrix 5 steps: random plans (ZeRO 0-3, checkpointing, micro-batches) on
 // 2, 4 and 2x2; Megatron-style plans on tp=2, tp=4 and dp=2,tp=2 (ZeRO 0-3, with and without
 // checkpointing); searched plans on 2, 4 and 2x2; each with materialized and fused attention, and

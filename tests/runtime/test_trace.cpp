@@ -108,8 +108,8 @@ void check_trace(const Plan& plan) {
 
   const auto ranks = static_cast<std::size_t>(plan.mesh.num_devices());
   std::set<std::int64_t> named_tracks, event_tracks;
-  std::vector<std::vector<Interval>> steps(ranks), inside(ranks);
-  std::vector<int> kernels(ranks, 0), collectives(ranks, 0), unattributed(ranks, 0);
+  std::vector<std::vector<Interval>> steps(ranks), inside(ranks), unattributed(ranks);
+  std::vector<int> kernels(ranks, 0), collectives(ranks, 0);
   std::int64_t gemm_flops = 0;
   for (const Json& e : events->as_array()) {
     const std::string ph = e.find("ph")->as_string();
@@ -138,8 +138,7 @@ void check_trace(const Plan& plan) {
     }
     if (cat == "kernel" || cat == "collective") {
       (cat == "kernel" ? kernels : collectives)[r] += 1;
-      // Inside a step every kernel and collective belongs to an op or a phase.
-      if (phase == "none") unattributed[r] += 1;
+      if (phase == "none") unattributed[r].push_back({ts, ts + dur});
       if (e.find("name")->as_string() == "gemm" && args.find("flops") != nullptr)
         gemm_flops += args.find("flops")->as_int();
       if (cat == "collective") CHECK(args.find("group") != nullptr);
@@ -155,7 +154,11 @@ void check_trace(const Plan& plan) {
     REQUIRE(steps[r].size() == static_cast<std::size_t>(kSteps));
     CHECK(kernels[r] > 0);
     if (ranks > 1) CHECK(collectives[r] > 0);
-    // Only parameter initialisation (before the first step) runs outside every op and phase.
+    // Inside a step every kernel and collective belongs to an op or a phase: only parameter
+    // initialisation (before the first step) runs outside every op and phase.
+    for (const Interval& k : unattributed[r]) {
+      for (const Interval& s : steps[r]) CHECK((k.end <= s.begin || k.begin >= s.end));
+    }
     for (const Interval& s : steps[r]) {
       const double span = s.end - s.begin;
       const double union_us = covered(inside[r], s.begin, s.end);
@@ -167,7 +170,8 @@ void check_trace(const Plan& plan) {
     for (std::size_t s = 0; s < steps[r].size(); ++s) {
       const double traced = (steps[r][s].end - steps[r][s].begin) * 1e-6;
       CHECK(traced >= step_seconds[r][s]);
-      CHECK(traced <= step_seconds[r][s] + 0.02);  // two clock reads apart, on a loaded machine
+      CHECK(traced <=
+            step_seconds[r][s] * 1.05 + 0.02);  // two clock reads apart, on a loaded machine
     }
     // The table: the ops' forward and backward lie inside the step, and the rows are priced.
     const std::vector<trace::OpRow>& table = tables[r];
@@ -182,7 +186,14 @@ void check_trace(const Plan& plan) {
     const trace::OpRow& step = table.back();
     CHECK(step.name == "step");
     CHECK(ops <= step.forward_s);
-    CHECK(ops >= 0.5 * step.forward_s);
+    // What the ops leave of a step is resharding, the gradient phase (where a rank that finished
+    // early waits for the others) and the optimizer: together the rows account for the step, as
+    // the events cover it above. (The ops' own share depends on how the threads were scheduled.)
+    const double phases = table[g.num_ops()].forward_s + table[g.num_ops() + 1].forward_s +
+                          table[g.num_ops() + 2].forward_s;
+    CHECK(table[g.num_ops()].name == "reshard");
+    CHECK(table[g.num_ops() + 2].name == "optimizer");
+    CHECK(ops + phases >= 0.9 * step.forward_s);
     CHECK(step.predicted_s() == plan.step_time_s);
     CHECK(predicted > 0);
     CHECK(predicted <= plan.step_time_s * (1 + 1e-9));

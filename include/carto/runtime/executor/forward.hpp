@@ -56,6 +56,7 @@ inline void Executor::forward() {
 }
 
 inline double Executor::result_value() {
+  const trace::OpScope trace_phase(-1, trace::Phase::forward);  // reading the loss ends the forward
   const TensorId r = g_.result();
   const TensorInfo& info = g_.tensor(r);
   CARTO_CHECK(act_[r.index()] != nullptr, "the result tensor was freed");

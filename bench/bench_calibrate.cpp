@@ -9,13 +9,16 @@
 //    is the profile's memory_bandwidth: the roofline prices memory-bound kernels by it;
 //  - the thread communicator (ThreadComm, 2 ranks): all-reduce latency and bus bandwidth;
 //  - the fixed cost of one op pass, from training steps of a GPT too small to do any work
-//    (measure_op_overhead).
+//    (measure_op_overhead);
+//  - the loop kernels' FLOP rate, from a traced small GPT's ops that are not einsums
+//    (measure_loop_rate), at 1 thread and at every core.
 // Then it writes the `cpu` profile where cpu_profile() finds it (cost/hardware.hpp):
 //
 //   bench_calibrate [--profile_out=PATH] [benchmark flags]
 //   bench_calibrate --op_overhead_only [--profile_out=PATH]   re-measures only op_overhead into the
 //                                                             profile at PATH (seconds, not
 //                                                             minutes)
+//   bench_calibrate --loop_rate_only [--profile_out=PATH]     the same for loop_rate
 // PATH defaults to cpu_profile_path(): $CARTO_CPU_PROFILE, else $XDG_CONFIG_HOME/carto/, else
 // ~/.config/carto/cpu-profile.json. The file is written atomically (a temporary file in the same
 // folder, fsync, rename) and only when every figure was measured (no --benchmark_filter).
@@ -35,6 +38,7 @@
 #include <carto/cost.hpp>
 #include <carto/layers/gpt.hpp>
 #include <carto/runtime/thread_comm.hpp>
+#include <carto/runtime/trace_table.hpp>
 #include <carto/runtime/trainer.hpp>
 #include <carto/search.hpp>
 #include <carto/util/files.hpp>
@@ -255,6 +259,71 @@ double measure_op_overhead(const HardwareProfile& hw) {
   return passes > 0 ? std::max(0.0, (measured - base) / passes) : 0.0;
 }
 
+// The loop kernels' FLOP rate (HardwareProfile::loop_rate) at `threads` threads per rank: a small
+// GPT (2 layers, hidden 128, 4 heads, vocabulary 64, sequence 32, batch 8, fp32; its activations
+// fit in cache, as those of the small models whose steps the loop kernels decide) trains on one
+// rank with a trace; over its ops that are not einsums, the FLOPs the profiler counts for their
+// forward and backward passes over the time those passes took less `hw`'s op_overhead per pass.
+double measure_loop_rate(const HardwareProfile& hw, int threads) {
+  const GptConfig config{
+      .name = "loop-probe", .layers = 2, .hidden = 128, .heads = 4, .vocab = 64, .seq = 32};
+  constexpr std::int64_t kBatch = 8;
+  auto make_graph = [&](std::int64_t b) {
+    return build_gpt(config, {.batch = b, .precision = Precision::fp32, .dropout = 0.0});
+  };
+  const SearchOptions options{.precision = Precision::fp32,
+                              .dropout_masks = DropoutMasks::regenerated,
+                              .meshes = {parse_mesh("x=1")}};
+  const Plan plan = search(make_graph, config.name, kBatch, 1, hw, options);
+  const Graph g = make_graph(kBatch / plan.micro_batches);
+  constexpr int kWarmup = 3, kSteps = 10;
+  trace::Trace tr;
+  run_threads(1, [&](Communicator& world) {
+    cpu::CpuBackend backend(cpu::CpuOptions{.threads = threads});
+    MeshComms comms(world, plan.mesh);
+    Trainer trainer(g, plan, backend, comms, hw, {.trace = &tr});
+    TokenBatch batch{.batch = kBatch, .seq = config.seq};
+    for (std::int64_t i = 0; i < kBatch * config.seq; ++i) {
+      batch.ids.push_back(static_cast<std::int32_t>(i % config.vocab));
+      batch.targets.push_back(static_cast<std::int32_t>((i * 7 + 3) % config.vocab));
+    }
+    for (int s = 0; s < kWarmup + kSteps; ++s) {
+      if (s == kWarmup) tr.rank(0).clear();
+      trainer.step(batch);
+    }
+  });
+  const std::vector<Strategy> strategies = plan_strategies(
+      g, plan, {.precision = plan.precision, .dropout_masks = DropoutMasks::regenerated});
+  const std::vector<trace::OpRow> rows = trace::op_table(tr.rank(0), g, plan, strategies, hw);
+  double flops = 0, seconds = 0;
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    const Strategy& st = strategies[k];
+    if (st.gemm_calls != 0) continue;  // an einsum
+    for (const auto& [f, s] : {std::pair{st.cost.flops_forward, rows[k].forward_s},
+                               std::pair{st.cost.flops_backward(), rows[k].backward_s}}) {
+      if (f <= 0) continue;
+      flops += static_cast<double>(f);
+      seconds += std::max(0.0, s - hw.op_overhead);
+    }
+  }
+  std::printf("loop-rate probe (%d thread%s): %.3g FLOP in %.3g s of loop-kernel passes per step\n",
+              threads, threads == 1 ? "" : "s", flops, seconds);
+  return seconds > 0 ? flops / seconds : 0.0;
+}
+
+// loop_rate at one thread into `hw` and the profile's top level, and at each thread count of its
+// "threads" entries into that entry.
+void measure_loop_rates(HardwareProfile& hw, Json& j) {
+  hw.loop_rate = measure_loop_rate(hw, 1);
+  j["loop_rate"] = hw.loop_rate;
+  if (const Json* threads = j.find("threads"); threads != nullptr && threads->is_array()) {
+    for (Json& e : j["threads"].as_array()) {
+      if (const Json* t = e.find("threads"); t != nullptr && t->is_int())
+        e["loop_rate"] = measure_loop_rate(hw, static_cast<int>(t->as_int()));
+    }
+  }
+}
+
 // Keeps the best rate of each figure as the benchmarks report it.
 class Recorder : public benchmark::ConsoleReporter {
  public:
@@ -317,7 +386,7 @@ Figures figures_at(int threads) {
 
 int main(int argc, char** argv) {
   std::string out_path = cpu_profile_path();
-  bool op_overhead_only = false;
+  bool op_overhead_only = false, loop_rate_only = false;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
@@ -325,11 +394,13 @@ int main(int argc, char** argv) {
       out_path = a.substr(std::strlen("--profile_out="));
     } else if (a == "--op_overhead_only") {
       op_overhead_only = true;
+    } else if (a == "--loop_rate_only") {
+      loop_rate_only = true;
     } else {
       args.push_back(argv[i]);
     }
   }
-  if (op_overhead_only) {  // re-measure op_overhead into the profile there, keeping the rest
+  if (op_overhead_only || loop_rate_only) {  // re-measure one figure there, keeping the rest
     try {
       const std::string text =
           read_file_bounded(out_path, kMaxHardwareFileBytes, "hardware profile");
@@ -340,11 +411,15 @@ int main(int argc, char** argv) {
         detail::fail("carto: hardware profile ", out_path, ": ", e.what());
       }
       HardwareProfile hw = hardware_profile_from_json(j, out_path);
-      hw.op_overhead = measure_op_overhead(hw);
+      if (op_overhead_only) {
+        hw.op_overhead = measure_op_overhead(hw);
+        j["op_overhead"] = hw.op_overhead;
+        std::printf("op overhead %.3g s per op pass\n", hw.op_overhead);
+      }
+      if (loop_rate_only) measure_loop_rates(hw, j);
       check_hardware_profile(hw, out_path);
-      j["op_overhead"] = hw.op_overhead;
       atomic_write(out_path, j.dump(2) + "\n", "hardware profile");
-      std::printf("op overhead %.3g s per op pass; wrote %s\n", hw.op_overhead, out_path.c_str());
+      std::printf("wrote %s\n", out_path.c_str());
     } catch (const Error& e) {
       std::fprintf(stderr, "bench_calibrate: %s\n", e.what());
       return 2;
@@ -408,6 +483,7 @@ int main(int argc, char** argv) {
     threads.push_back(e);
   }
   j["threads"] = threads;
+  measure_loop_rates(hw, j);
 
   const HardwareProfile builtin = hardware::cpu();
   std::printf("\n%-40s %16s %16s\n", "figure", "measured", "built-in cpu");
@@ -436,6 +512,8 @@ int main(int argc, char** argv) {
               fmt(hw.links[0].latency, "s").c_str(), fmt(builtin.links[0].latency, "s").c_str());
   std::printf("%-40s %16s %16s\n", "op overhead (per op pass)", fmt(hw.op_overhead, "s").c_str(),
               fmt(builtin.op_overhead, "s").c_str());
+  std::printf("%-40s %16s %16s\n", "loop kernels, loop_rate (1 thr)",
+              fmt(hw.loop_rate, "FLOP/s").c_str(), fmt(builtin.loop_rate, "FLOP/s").c_str());
   std::printf("%-40s %16s %16s\n", "memory capacity",
               fmt(static_cast<double>(hw.memory_capacity), "B").c_str(),
               fmt(static_cast<double>(builtin.memory_capacity), "B").c_str());

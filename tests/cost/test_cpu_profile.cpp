@@ -2,6 +2,7 @@
 // location and per-thread figures (cpu_profile), and the optimizer step's price.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <carto/cost.hpp>
 #include <carto/layers/gpt.hpp>
 #include <carto/search.hpp>
@@ -74,6 +75,84 @@ TEST_CASE("matmul_rates: log-linear between the points, clamped outside", "[cost
         Approx(1e9 / (2e10 * flat.matmul_efficiency)).epsilon(1e-12));
 }
 
+TEST_CASE("matmul_rates are per GEMM call; loop kernels run at loop_rate", "[cost][cpu]") {
+  HardwareProfile hw = curved();
+  auto t = [&](double flops, std::int64_t calls, DType d = DType::fp32) {
+    return compute_time(
+        {.flops = static_cast<std::int64_t>(flops), .bytes = 0, .dtype = d, .gemm_calls = calls},
+        hw);
+  };
+  // 100 calls of 1e6 FLOPs each run at the 1e6 point's rate, not at the 1e8 point's.
+  CHECK(t(1e8, 100) == Approx(1e8 / 1e9).epsilon(1e-12));
+  CHECK(t(1e8, 1) == Approx(1e8 / 1e10).epsilon(1e-12));
+  // 10 calls of 1e7: halfway in log(flops), 5.5e9 (the single-call case above).
+  CHECK(t(1e8, 10) == Approx(1e8 / 5.5e9).epsilon(1e-12));
+  // Without loop_rate, loop kernels (0 calls) take the curve at their FLOPs, as one call.
+  CHECK(t(1e8, 0) == Approx(1e8 / 1e10).epsilon(1e-12));
+  hw.loop_rate = 4e9;
+  CHECK(t(1e8, 0) == Approx(1e8 / 4e9).epsilon(1e-12));
+  CHECK(t(1e8, 0, DType::bf16) == Approx(2 * 1e8 / 4e9).epsilon(1e-12));  // bf16: half the peak
+  CHECK(t(1e8, 1) == Approx(1e8 / 1e10).epsilon(1e-12));                  // GEMMs unchanged
+  // The bandwidth term still decides memory-bound loop kernels.
+  CHECK(compute_time({.flops = 1000, .bytes = 1'000'000'000, .dtype = DType::fp32, .gemm_calls = 0},
+                     hw) == Approx(1e9 / hw.memory_bandwidth).epsilon(1e-12));
+  CHECK(hardware_profile_from_json(Json::parse(to_json(hw).dump()), "t") == hw);
+  CHECK(to_json(curved()).find("loop_rate") == nullptr);  // optional: 0 is not written
+  hw.loop_rate = -1;
+  CHECK_THROWS_WITH(check_hardware_profile(hw, "f.json"),
+                    Catch::Contains("'loop_rate'") && Catch::Contains("-1"));
+}
+
+TEST_CASE("a strategy's GEMM calls: the local extents of the einsum's batch letters",
+          "[cost][cpu]") {
+  // The scores einsum of attention has batch letters b and h (in q, k and the scores); a
+  // projection has none (one call); a layernorm is no einsum (0).
+  const GptConfig config{
+      .name = "calls", .layers = 1, .hidden = 32, .heads = 4, .vocab = 16, .seq = 8};
+  const Graph g = build_gpt(config, {.batch = 6, .precision = Precision::fp32, .dropout = 0.0});
+  const DeviceMesh mesh = parse_mesh("x=2");
+  bool scores = false, projection = false, loops = false;
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    const OpId o{static_cast<std::int32_t>(k)};
+    const Op& op = g.op(o);
+    for (const Strategy& st : enumerate_strategies(g, o, mesh)) {
+      if (op.kind != OpKind::einsum) {
+        CHECK(st.gemm_calls == 0);
+        loops = true;
+        continue;
+      }
+      const TensorShape out = local_shape(g.tensor(op.output).shape, st.sharding.output, mesh);
+      std::int64_t expect = 1;
+      for (std::size_t d = 0; d < op.einsum.output.size(); ++d) {
+        const char c = op.einsum.output[d];
+        const auto& a = op.einsum.inputs[0];
+        const auto& b = op.einsum.inputs[1];
+        if (std::find(a.begin(), a.end(), c) != a.end() &&
+            std::find(b.begin(), b.end(), c) != b.end())
+          expect *= out.dims()[d].extent;
+      }
+      CHECK(st.gemm_calls == expect);
+      if (op.einsum.output.size() == 4 && expect > 1) scores = true;
+      if (expect == 1) projection = true;
+    }
+  }
+  CHECK(scores);
+  CHECK(projection);
+  CHECK(loops);
+  // Spot values: unsharded, the scores einsum makes batch · heads calls.
+  for (std::size_t k = 0; k < g.num_ops(); ++k) {
+    const OpId o{static_cast<std::int32_t>(k)};
+    const Op& op = g.op(o);
+    if (op.kind != OpKind::einsum || op.einsum.inputs[0].size() != 4) continue;
+    const std::vector<Strategy> all = enumerate_strategies(g, o, mesh);
+    const auto whole = std::find_if(all.begin(), all.end(), [](const Strategy& st) {
+      return st.sharding.output.is_replicated();
+    });
+    REQUIRE(whole != all.end());
+    CHECK(whole->gemm_calls == 6 * 4);
+  }
+}
+
 TEST_CASE("matmul_rates: JSON round trip and bad points", "[cost][cpu]") {
   const HardwareProfile hw = curved();
   CHECK(hardware_profile_from_json(Json::parse(to_json(hw).dump()), "t") == hw);
@@ -106,6 +185,7 @@ TEST_CASE("cpu_profile: the calibrated file when it exists, else the built-in on
 
   HardwareProfile base = curved();
   base.name = "cpu";
+  base.loop_rate = 2e9;
   Json j = to_json(base);
   Json entries = Json::array();
   for (int t : {2, 4}) {
@@ -119,6 +199,7 @@ TEST_CASE("cpu_profile: the calibrated file when it exists, else the built-in on
     point["rate"] = 1e10 * t;
     curve.push_back(point);
     e["matmul_rates"] = curve;
+    if (t == 4) e["loop_rate"] = 3e9;  // optional: the 2-thread entry keeps the base's
     entries.push_back(e);
   }
   j["threads"] = entries;
@@ -134,6 +215,8 @@ TEST_CASE("cpu_profile: the calibrated file when it exists, else the built-in on
   CHECK(four.profile.memory_bandwidth == 2e10);
   REQUIRE(four.profile.matmul_rates.size() == 1);
   CHECK(four.profile.matmul_rates[0].rate == 4e10);
+  CHECK(four.profile.loop_rate == 3e9);
+  CHECK(cpu_profile(2, 4).profile.loop_rate == 2e9);
   CHECK_THAT(four.note, Catch::Contains("calibrated") && Catch::Contains("4 threads per rank"));
   CHECK(cpu_profile(2, 4).threads == 2);
   CHECK(cpu_profile(2, 4).profile.memory_bandwidth == 1e10);

@@ -60,6 +60,7 @@ inline Json to_json(const HardwareProfile& hw) {
     j["matmul_rates"] = rates;
   }
   if (hw.op_overhead != 0) j["op_overhead"] = hw.op_overhead;
+  if (hw.loop_rate != 0) j["loop_rate"] = hw.loop_rate;
   return j;
 }
 
@@ -123,6 +124,8 @@ inline HardwareProfile hardware_profile_from_json(const Json& j, std::string_vie
   }
   if (j.find("op_overhead") != nullptr)  // optional
     hw.op_overhead = number(j, "op_overhead", "op_overhead");
+  if (j.find("loop_rate") != nullptr)  // optional
+    hw.loop_rate = number(j, "loop_rate", "loop_rate");
   check_hardware_profile(hw, source);
   return hw;
 }
@@ -230,6 +233,12 @@ inline CpuProfileChoice cpu_profile(std::int64_t ranks, unsigned cores) {
       const double flops = f->as_double();
       hw.peak_flops = {.fp32 = flops, .bf16 = flops, .fp16 = flops};
       hw.memory_bandwidth = b->as_double();
+      if (const Json* l = t.find("loop_rate"); l != nullptr) {  // optional, else the 1-thread one
+        if (!l->is_number())
+          detail::bad_profile(c.path, detail::concat("threads[", k, "].loop_rate"),
+                              "must be a number");
+        hw.loop_rate = l->as_double();
+      }
       hw.matmul_rates.clear();
       if (const Json* r = t.find("matmul_rates"); r != nullptr) {
         Json holder = j;

@@ -24,9 +24,11 @@
 // source beside them (see REFERENCES.md).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +93,12 @@ struct HardwareProfile {
   // whatever their size: the runtime's host work per op and the calls' own overhead, which decide
   // a small model's step on a CPU (bench_calibrate measures it); 0 on the built-in profiles.
   double op_overhead = 0;
+  // FLOP/s (fp32; other dtypes scale as the GEMM curve does) of the loop kernels: every op that is
+  // not an einsum (layer norms, softmax, GELU, attention's fused kernel, ...) at the FLOPs the
+  // profiler counts for it. Where their data sits in cache the exponentials, tanh and row
+  // reductions decide their time, not the bandwidth (bench_calibrate measures it); 0: the GEMM
+  // rate, as on the built-in profiles.
+  double loop_rate = 0;
   friend bool operator==(const HardwareProfile&, const HardwareProfile&) = default;
 
   // Devices the profile holds: the outermost domain size (0 = unbounded).
@@ -125,6 +133,9 @@ inline void check_hardware_profile(const HardwareProfile& hw, std::string_view s
   if (!(hw.op_overhead >= 0 && hw.op_overhead < 1))
     detail::bad_profile(source, "op_overhead",
                         detail::concat("must be seconds in [0, 1), got ", hw.op_overhead));
+  if (!(hw.loop_rate >= 0 && hw.loop_rate < std::numeric_limits<double>::infinity()))
+    detail::bad_profile(source, "loop_rate",
+                        detail::concat("must be FLOP/s, 0 or positive, got ", hw.loop_rate));
   if (hw.memory_capacity <= 0)
     detail::bad_profile(source, "memory_capacity",
                         detail::concat("must be positive, got ", hw.memory_capacity));
@@ -398,16 +409,24 @@ struct ComputeWork {
   std::int64_t flops = 0;
   std::int64_t bytes = 0;
   DType dtype = DType::bf16;
+  // GEMMs the FLOPs are split into (a batched einsum runs one per element of its batch letters);
+  // 0: not a matrix product but loop kernels (priced at HardwareProfile::loop_rate when set).
+  std::int64_t gemm_calls = 1;
 };
 
 // The FLOP rate of `work`: peak(dtype) · matmul_efficiency, or with measured matmul_rates the
-// rate at work.flops, interpolated linearly in log(flops) between the points and clamped to the
-// first and last (scaled to the dtype by its peak over fp32's).
+// rate of one GEMM of work.flops / work.gemm_calls FLOPs (the curve is measured per call),
+// interpolated linearly in log(flops) between the points and clamped to the first and last
+// (scaled to the dtype by its peak over fp32's). Loop kernels (gemm_calls 0) run at the profile's
+// loop_rate when it has one.
 inline double matmul_rate(const HardwareProfile& hw, const ComputeWork& work) {
   const double peak = hw.peak_flops.of(work.dtype);
+  if (work.gemm_calls == 0 && hw.loop_rate > 0 && hw.peak_flops.fp32 > 0)
+    return hw.loop_rate * peak / hw.peak_flops.fp32;
   const std::vector<MatmulRate>& r = hw.matmul_rates;
   if (r.empty() || !(hw.peak_flops.fp32 > 0)) return peak * hw.matmul_efficiency;
-  const double f = static_cast<double>(work.flops);
+  const double f = static_cast<double>(work.flops) /
+                   static_cast<double>(std::max<std::int64_t>(1, work.gemm_calls));
   double rate = r.front().rate;
   if (f >= r.back().flops) {
     rate = r.back().rate;
@@ -420,9 +439,9 @@ inline double matmul_rate(const HardwareProfile& hw, const ComputeWork& work) {
   return rate * peak / hw.peak_flops.fp32;
 }
 
-// Roofline: max(flops / (peak(dtype) · matmul_efficiency), bytes / (memory_bandwidth ·
-// memory_efficiency)), in seconds. Non-matmul ops use the same peak: they are memory-bound on every
-// profile here, so their FLOP term rarely decides.
+// Roofline: max(flops / matmul_rate, bytes / (memory_bandwidth · memory_efficiency)), in seconds.
+// Non-matmul ops use the GEMM rate unless the profile has a loop_rate: on the built-in profiles
+// they are memory-bound, so their FLOP term rarely decides.
 inline double compute_time(const ComputeWork& work, const HardwareProfile& hw) {
   if (work.flops < 0 || work.bytes < 0)
     detail::fail("carto: compute_time: negative work (", work.flops, " FLOPs, ", work.bytes,

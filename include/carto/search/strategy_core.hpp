@@ -93,6 +93,10 @@ struct Strategy {
   CollectiveList backward{};        // inside the op
   CollectiveList gradient_sync{};   // parameter gradients: Partial -> the parameter's spec
   StrategyMemory memory{};
+  // An einsum's GEMM calls per pass: the product of the local extents of its batch letters (those
+  // of both operands and the output), one call each, as the CPU backend runs them; its backward's
+  // two products have the same batch letters. 0: not an einsum (loop kernels).
+  std::int64_t gemm_calls = 0;
 
   [[nodiscard]] std::int64_t comm_bytes() const {
     std::int64_t n = 0;
@@ -307,6 +311,18 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
   st.dtype = g.tensor(op.inputs[0]).dtype;
   st.cost = op_cost(g, o, sharding, mesh, options.layernorm_stats, options.dropout_masks);
   st.gradients = detail::gradient_specs(g, op, sharding);
+  if (op.kind == OpKind::einsum) {
+    const TensorShape out = local_shape(g.tensor(op.output).shape, sharding.output, mesh);
+    auto has = [](const IndexLetters& l, char c) {
+      return std::find(l.begin(), l.end(), c) != l.end();
+    };
+    st.gemm_calls = 1;
+    for (std::size_t d = 0; d < op.einsum.output.size(); ++d) {
+      const char c = op.einsum.output[d];
+      if (has(op.einsum.inputs[0], c) && has(op.einsum.inputs[1], c))
+        st.gemm_calls *= out.dims()[d].extent;
+    }
+  }
 
   auto local_bytes = [&](TensorId t, const ShardingSpec& spec) {
     return local_shape(g.tensor(t).shape, spec, mesh).numel() * element_bytes(g.tensor(t));
@@ -424,9 +440,12 @@ inline StrategyTime strategy_time(const Strategy& s, const DeviceMesh& mesh,
   StrategyTime t;
   const ComputeWork forward{.flops = s.cost.flops_forward,
                             .bytes = s.cost.bytes_read + s.cost.bytes_written,
-                            .dtype = dt};
-  const ComputeWork backward{
-      .flops = s.cost.flops_backward(), .bytes = s.bytes_backward, .dtype = dt};
+                            .dtype = dt,
+                            .gemm_calls = s.gemm_calls};
+  const ComputeWork backward{.flops = s.cost.flops_backward(),
+                             .bytes = s.bytes_backward,
+                             .dtype = dt,
+                             .gemm_calls = s.gemm_calls};
   auto overhead = [&](const ComputeWork& w) {
     return w.flops > 0 || w.bytes > 0 ? hw.op_overhead : 0.0;
   };

@@ -144,6 +144,43 @@ TEST_CASE("an infeasible budget states the least memory any plan needs", "[searc
   REQUIRE(search(tiny_graph, "tiny", 4, 2, hw, options).peak_memory_bytes == least);
 }
 
+TEST_CASE("an infeasible budget with long sequences suggests fused attention", "[search][plan]") {
+  // Sequence 256 on hidden 16: one block's attention probabilities (batch 2, 4 heads, 256 x 256
+  // fp32 = 2 MiB, halved by any split over the 2 devices) outweigh everything else the least
+  // plan holds. The hint names their size in that plan; with fused attention there are none.
+  const GptConfig config{
+      .name = "long", .layers = 2, .hidden = 16, .heads = 4, .vocab = 32, .seq = 256};
+  const HardwareProfile hw = find_hardware_profile("h100");
+  SearchOptions options{.memory_budget = 1};
+  for (const AttentionKind attention : {AttentionKind::materialized, AttentionKind::fused}) {
+    INFO(to_string_view(attention));
+    const auto graph = [&](std::int64_t b) {
+      return build_gpt(config, {.batch = b, .attention = attention});
+    };
+    std::string message;
+    try {
+      (void)search(graph, config.name, 2, 2, hw, options);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    REQUIRE_THAT(message, Catch::Contains("the least memory any plan needs is"));
+    if (attention == AttentionKind::materialized) {
+      CHECK_THAT(message, Catch::Contains("one block's attention probabilities (materialized "
+                                          "attention) take ") &&
+                              Catch::Contains("--attention fused"));
+      // 2 sequences x 4 heads x 256 x 256 x 2 bytes (bf16) = 1 MiB per block, split over the 2
+      // devices or not.
+      CHECK_THAT(message, Catch::Contains("take 1.00 MiB") || Catch::Contains("take 512.00 KiB"));
+    } else {
+      CHECK_THAT(message, !Catch::Contains("attention probabilities"));
+    }
+  }
+  // The tiny model's scores (sequence 16) are no quarter of its least plan: no hint.
+  options.memory_budget = 1;
+  REQUIRE_THROWS_WITH(search(tiny_graph, "tiny", 4, 2, hw, options),
+                      !Catch::Contains("attention probabilities"));
+}
+
 TEST_CASE("pins fix an op's output spec, bad pins name themselves", "[search][plan]") {
   const HardwareProfile hw = find_hardware_profile("h100");
   SearchOptions options;

@@ -178,6 +178,34 @@ inline std::string more_micro_batches_hint(const std::vector<std::int64_t>& trie
                 next, " (SearchOptions::micro_batches, carto-plan --micro-batches)");
 }
 
+// When attention is materialized: what the softmax outputs (the attention probabilities, one
+// s × s matrix per head and sequence) of one block take per device in the plan `strategy`
+// (indices in enumerate_strategies order), if that is at least a quarter of `peak`, with the
+// remedy; else "". A fused (flash-style) attention keeps none of them, which is what long
+// sequences need.
+inline std::string fused_attention_hint(const Graph& g, const DeviceMesh& mesh,
+                                        const DpOptions& options,
+                                        const std::vector<std::size_t>& strategy,
+                                        std::int64_t peak) {
+  StrategyCache cache(mesh, strategy_options(options));
+  std::vector<std::int64_t> by_group(g.groups().size(), 0);
+  for (std::size_t k = 0; k < g.num_ops() && k < strategy.size(); ++k) {
+    const Op& op = g.ops()[k];
+    if (op.kind != OpKind::softmax || op.group < 0) continue;
+    const Strategy st = cache.at(g, OpId{static_cast<std::int32_t>(k)}, strategy[k]);
+    const TensorInfo& out = g.tensor(op.output);
+    by_group[static_cast<std::size_t>(op.group)] +=
+        local_shape(out.shape, st.sharding.output, mesh).numel() * element_bytes(out);
+  }
+  const std::int64_t block = *std::max_element(by_group.begin(), by_group.end());
+  if (block == 0 || block < peak / 4) return "";
+  return concat("; one block's attention probabilities (materialized attention) take ",
+                format_bytes(block),
+                " per device in that plan: a fused, flash-style attention keeps none "
+                "(ProfileOptions::attention = AttentionKind::fused, carto-plan "
+                "--attention fused)");
+}
+
 }  // namespace detail
 
 // The joint search (see the design note). `make_graph(micro_batch)` builds the graph for one
@@ -396,19 +424,23 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       if (least.found && c.parameters >= least.point.peak_bytes) break;
       least_memory(c);
     }
+    std::string attention_hint;
     {
       DpOptions dp = least.dp;
       dp.least_memory = false;
-      least.time = evaluate_point(make_graph(global_batch / least.micro), least.mesh, hw, dp,
-                                  least.point.strategy, least.point.checkpointed)
-                       .time_s;
+      const Graph lg = make_graph(global_batch / least.micro);
+      least.time =
+          evaluate_point(lg, least.mesh, hw, dp, least.point.strategy, least.point.checkpointed)
+              .time_s;
+      attention_hint = detail::fused_attention_hint(lg, least.mesh, dp, least.point.strategy,
+                                                    least.point.peak_bytes);
     }
-    detail::fail("carto: no plan fits the memory budget of ", format_bytes(options.memory_budget),
-                 " per device; the least memory any plan needs is ",
-                 format_bytes(least.point.peak_bytes), " (", least.point.peak_bytes,
-                 " bytes): mesh ", least.mesh, ", ZeRO stage ", least.dp.zero_stage, ", ",
-                 least.micro, " micro-batches, step time ", least.time, " s",
-                 detail::more_micro_batches_hint(options.micro_batches, global_batch));
+    detail::fail(
+        "carto: no plan fits the memory budget of ", format_bytes(options.memory_budget),
+        " per device; the least memory any plan needs is ", format_bytes(least.point.peak_bytes),
+        " (", least.point.peak_bytes, " bytes): mesh ", least.mesh, ", ZeRO stage ",
+        least.dp.zero_stage, ", ", least.micro, " micro-batches, step time ", least.time, " s",
+        detail::more_micro_batches_hint(options.micro_batches, global_batch), attention_hint);
   }
   // The merged frontier over every outer choice.
   std::sort(all.begin(), all.end(), [](const FrontierPoint& a, const FrontierPoint& b) {

@@ -6,6 +6,7 @@
 #include <carto/search.hpp>
 #include <carto/spec.hpp>
 #include <catch2/catch.hpp>
+#include <limits>
 
 #include "support/small_graphs.hpp"
 
@@ -179,6 +180,55 @@ TEST_CASE("an infeasible budget with long sequences suggests fused attention", "
   options.memory_budget = 1;
   REQUIRE_THROWS_WITH(search(tiny_graph, "tiny", 4, 2, hw, options),
                       !Catch::Contains("attention probabilities"));
+}
+
+TEST_CASE("SearchOptions::progress reports every DP the search runs", "[search][plan]") {
+  const HardwareProfile hw = find_hardware_profile("h100");
+  std::vector<SearchEvent> events;
+  SearchOptions options{.micro_batches = {1, 2}};
+  options.progress = [&](const SearchEvent& e) { events.push_back(e); };
+  const Plan p = search(tiny_graph, "tiny", 4, 4, hw, options);
+  REQUIRE(!events.empty());
+  std::int64_t frontiers = 0;
+  double elapsed = 0;
+  for (const SearchEvent& e : events) {
+    INFO(to_string_view(e.kind) << " " << e.mesh << " ZeRO " << e.zero_stage);
+    CHECK(e.mesh.num_devices() == 4);
+    CHECK((e.micro_batches == 1 || e.micro_batches == 2));
+    CHECK(e.seconds >= 0);
+    CHECK(e.elapsed_s >= elapsed);  // in the order they ran
+    elapsed = e.elapsed_s;
+    CHECK(e.labels > 0);
+    if (e.kind == SearchEvent::Kind::frontier) ++frontiers;
+    if (e.kind == SearchEvent::Kind::least_time) {
+      CHECK(e.least_time_s > 0);
+      CHECK(e.points == 1);
+    }
+  }
+  // One budgeted DP per configuration searched; the plan's is among them.
+  CHECK(frontiers == p.configurations_searched);
+  CHECK(std::any_of(events.begin(), events.end(), [&](const SearchEvent& e) {
+    return e.kind == SearchEvent::Kind::frontier && e.mesh == p.mesh &&
+           e.micro_batches == p.micro_batches && e.points > 0;
+  }));
+  // With time bounds, every configuration's least time was reported first.
+  CHECK(std::any_of(events.begin(), events.end(),
+                    [](const SearchEvent& e) { return e.kind == SearchEvent::Kind::least_time; }));
+  // A budget none fits: the least-memory DPs report the least peak the error names.
+  events.clear();
+  options.memory_budget = 1;
+  std::string message;
+  try {
+    (void)search(tiny_graph, "tiny", 4, 4, hw, options);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  std::int64_t least = std::numeric_limits<std::int64_t>::max();
+  for (const SearchEvent& e : events) {
+    if (e.kind == SearchEvent::Kind::least_memory) least = std::min(least, e.least_bytes);
+  }
+  REQUIRE(least < std::numeric_limits<std::int64_t>::max());
+  CHECK_THAT(message, Catch::Contains("(" + std::to_string(least) + " bytes)"));
 }
 
 TEST_CASE("pins fix an op's output spec, bad pins name themselves", "[search][plan]") {

@@ -225,6 +225,16 @@ TEST_CASE("carto-plan plan --mesh searches one mesh, --time-limit stops the sear
     REQUIRE(r.code == 2);
     REQUIRE_THAT(r.output, Catch::Contains(message));
   }
+  // --verbose reports each DP on stderr, the budgeted one of the mesh searched among them.
+  const Run verbose = run(model + "--devices 4 --mesh a=4 --verbose");
+  INFO(verbose.output);
+  REQUIRE(verbose.code == 0);
+  REQUIRE_THAT(verbose.output, Catch::Contains("carto-plan: [") &&
+                                   Catch::Contains("least-time DP, mesh {a:4}, ZeRO ") &&
+                                   Catch::Contains("frontier DP, mesh {a:4}, ZeRO ") &&
+                                   Catch::Contains(" labels, ") &&
+                                   Catch::Contains(" plans that fit"));
+  REQUIRE_THAT(run(model + "--devices 4 --mesh a=4").output, !Catch::Contains("frontier DP"));
   // A search that cannot finish in a millisecond stops with an error saying so.
   const Run stopped =
       run("plan --layers 4 --hidden 256 --heads 8 --vocab 1024 --seq 128 --batch 8 --devices 8 "

@@ -7,6 +7,7 @@
 #include <carto/util/json.hpp>
 #include <carto/util/numbers.hpp>
 #include <carto/util/units.hpp>
+#include <iomanip>
 #include <iostream>
 #include <optional>
 #include <ostream>
@@ -59,6 +60,8 @@ std::vector<cli::FlagSpec> plan_flags() {
           {"frontier", false,
            "also print the time/memory frontier (searches every configuration: without it, "
            "configurations whose least time cannot beat the plan found are skipped)"},
+          {"verbose", false,
+           "print each DP the search runs on stderr as it ends (configuration, seconds, labels)"},
           {"json", false, "print one JSON object"},
           {"out", true, "also write the plan as JSON to this file"},
           {"report", true, "also write the plan's HTML report to this file"},
@@ -196,6 +199,22 @@ int plan_command(const std::vector<std::string>& args, std::ostream& out) {
   }
 
   if (flags.has("frontier")) options.time_bounds = false;
+  if (flags.has("verbose")) {
+    options.progress = [](const SearchEvent& e) {
+      std::cerr << "carto-plan: [" << std::fixed << std::setprecision(1) << e.elapsed_s << " s] "
+                << to_string_view(e.kind) << " DP, mesh " << e.mesh << ", ZeRO " << e.zero_stage
+                << ", " << e.micro_batches << " micro-batches: " << std::setprecision(2)
+                << e.seconds << " s, " << e.labels << " labels";
+      if (e.kind == SearchEvent::Kind::least_time) {
+        std::cerr << ", least time " << std::defaultfloat << e.least_time_s << " s";
+      } else if (e.kind == SearchEvent::Kind::least_memory) {
+        std::cerr << ", least memory " << format_bytes(e.least_bytes);
+      } else {
+        std::cerr << ", " << e.points << " plans that fit";
+      }
+      std::cerr << std::defaultfloat << "\n";
+    };
+  }
   ProfileOptions profile{.precision = options.precision};
   if (auto v = attention_from_flags(flags)) profile.attention = *v;
   auto make_graph = [&](std::int64_t micro_batch) {

@@ -70,6 +70,35 @@ inline std::vector<DeviceMesh> mesh_candidates(std::int64_t devices, std::size_t
   return out;
 }
 
+// One DP search() ran (SearchOptions::progress): which, for which configuration, and what it cost
+// and found.
+struct SearchEvent {
+  enum class Kind : std::uint8_t {
+    least_time,    // the configuration's least time, memory ignored (its bound)
+    least_memory,  // its least memory, time ignored (whether any plan of it fits)
+    frontier,      // the budgeted DP: its plans that fit
+  };
+  Kind kind = Kind::frontier;
+  DeviceMesh mesh{};
+  int zero_stage = 0;
+  std::int64_t micro_batches = 1;
+  double seconds = 0;            // this DP's wall time
+  double elapsed_s = 0;          // since search() began, at its end
+  std::size_t labels = 0;        // labels it created (DpResult::labels_created)
+  std::size_t points = 0;        // points on its frontier
+  double least_time_s = 0;       // least_time: the bound (infinity: no plan)
+  std::int64_t least_bytes = 0;  // least_memory: the least peak
+};
+
+constexpr std::string_view to_string_view(SearchEvent::Kind k) {
+  switch (k) {
+    case SearchEvent::Kind::least_time: return "least-time";
+    case SearchEvent::Kind::least_memory: return "least-memory";
+    case SearchEvent::Kind::frontier: return "frontier";
+  }
+  return "?";
+}
+
 struct SearchOptions {
   Precision precision = Precision::mixed_bf16;
   LayerNormStats layernorm_stats = LayerNormStats::counted;
@@ -91,6 +120,9 @@ struct SearchOptions {
   // memory, is no less than the fastest plan that fits found in another: exact for the plan
   // returned; the frontier then holds only the configurations searched. false: every one.
   bool time_bounds = true;
+  // Called after each DP the search runs, on the calling thread (carto-plan --verbose prints
+  // them); empty: nothing is reported.
+  std::function<void(const SearchEvent&)> progress{};
 };
 
 namespace detail {
@@ -297,6 +329,30 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
                      .memory_budget = budget,
                      .deadline = deadline};
   };
+  // One DP of configuration c, reported to options.progress.
+  auto run_dp = [&](const Config& c, const DpOptions& dp, SearchEvent::Kind kind) {
+    const auto t0 = std::chrono::steady_clock::now();
+    DpResult r = dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter);
+    if (options.progress) {
+      const auto t1 = std::chrono::steady_clock::now();
+      SearchEvent e{.kind = kind,
+                    .mesh = c.mesh,
+                    .zero_stage = c.zero,
+                    .micro_batches = c.micro,
+                    .seconds = std::chrono::duration<double>(t1 - t0).count(),
+                    .elapsed_s = std::chrono::duration<double>(t1 - start).count(),
+                    .labels = r.labels_created,
+                    .points = r.frontier.size()};
+      if (kind == SearchEvent::Kind::least_time) {
+        e.least_time_s = r.frontier.empty() ? std::numeric_limits<double>::infinity()
+                                            : r.frontier.front().time_s;
+      }
+      if (kind == SearchEvent::Kind::least_memory && !r.frontier.empty())
+        e.least_bytes = r.frontier.front().peak_bytes;
+      options.progress(e);
+    }
+    return r;
+  };
   auto record = [&](const Config& c, const DpOptions& dp, const DpResult& r) {
     for (const DpPoint& p : r.frontier) {
       all.push_back({.time_s = p.time_s,
@@ -335,7 +391,7 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     dp.least_time = true;
     dp.tolerance = 0;
     if (dp.checkpoint == CheckpointChoice::search) dp.checkpoint = CheckpointChoice::none;
-    const DpResult r = dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter);
+    const DpResult r = run_dp(c, dp, SearchEvent::Kind::least_time);
     return r.frontier.empty() ? std::numeric_limits<double>::infinity() : r.frontier.front().time_s;
   };
   // The stage-0-2 configuration of c's mesh and micro-batch count whose plans can fit, if any.
@@ -356,7 +412,7 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     DpOptions dp = dp_options(c, std::numeric_limits<std::int64_t>::max());
     dp.least_memory = true;
     dp.tolerance = 0;
-    const DpResult r = dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter);
+    const DpResult r = run_dp(c, dp, SearchEvent::Kind::least_memory);
     c.least_bytes = std::numeric_limits<std::int64_t>::max();
     for (const DpPoint& p : r.frontier) {
       c.least_bytes = std::min(c.least_bytes, p.peak_bytes);
@@ -404,7 +460,7 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       }
       if (check_fit && least_memory(c) > budget) continue;  // no plan of it fits
       const DpOptions dp = dp_options(c, budget);
-      const DpResult r = dp_frontier(graphs[c.graph], c.mesh, hw, dp, c.filter);
+      const DpResult r = run_dp(c, dp, SearchEvent::Kind::frontier);
       check_fit = check_fit || r.frontier.empty();
       record(c, dp, r);
       ++searched;

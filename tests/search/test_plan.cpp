@@ -307,7 +307,10 @@ TEST_CASE("skipping ZeRO stages 0-1 and equivalent meshes loses no frontier poin
       for (int z = 0; z < p.zero_stage; ++z) {
         const PointCost lower = evaluate_point(
             g, p.mesh, hw, {.zero_stage = z, .micro_batches = p.micro_batches}, p.strategy, ckpt);
-        REQUIRE(lower.time_s >= p.step_time_s * (1 - 1e-9));
+        INFO("plan at ZeRO " << p.zero_stage << ", priced at " << z);
+        // Below stage 3 a lower stage is never faster (AdamW on more elements); below a stage-3
+        // plan it is (no gathers) but does not fit.
+        if (p.zero_stage <= 2) REQUIRE(lower.time_s >= p.step_time_s * (1 - 1e-9));
         REQUIRE((lower.peak_bytes > options.memory_budget ||
                  lower.time_s > p.step_time_s * (1 + 1e-9)));
       }

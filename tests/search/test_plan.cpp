@@ -229,6 +229,58 @@ TEST_CASE("SearchOptions::progress reports every DP the search runs", "[search][
   }
   REQUIRE(least < std::numeric_limits<std::int64_t>::max());
   CHECK_THAT(message, Catch::Contains("(" + std::to_string(least) + " bytes)"));
+
+  // A budget that one micro-batch misses and more meet: once a budgeted DP found nothing, a
+  // configuration is checked by a least-memory DP first, unless the one of its mesh and stage
+  // with fewer micro-batches had plans that fit. The plan is the one without the skips.
+  options.micro_batches = {1, 2, 4};
+  options.memory_budget = std::numeric_limits<std::int64_t>::max();
+  options.progress = {};
+  std::int64_t least_one = 0, least_two = 0;
+  for (const std::int64_t m : {1, 2}) {
+    SearchOptions o = options;
+    o.micro_batches = {m};
+    o.time_bounds = false;
+    (m == 1 ? least_one : least_two) =
+        search(tiny_graph, "tiny", 4, 4, hw, o).frontier.back().peak_bytes;
+  }
+  REQUIRE(least_two < least_one);
+  options.memory_budget = (least_one + least_two) / 2;
+  options.time_bounds = false;  // every configuration, in the order listed: one micro-batch first
+  // The reference: each micro-batch count searched alone (no sibling, no skip).
+  double reference = std::numeric_limits<double>::infinity();
+  for (const std::int64_t m : {1, 2, 4}) {
+    SearchOptions o = options;
+    o.micro_batches = {m};
+    try {
+      reference = std::min(reference, search(tiny_graph, "tiny", 4, 4, hw, o).step_time_s);
+    } catch (const Error&) {
+      CHECK(m == 1);  // one micro-batch misses the budget
+    }
+  }
+  events.clear();
+  options.progress = [&](const SearchEvent& e) { events.push_back(e); };
+  const Plan fitted = search(tiny_graph, "tiny", 4, 4, hw, options);
+  CHECK(fitted.step_time_s == Approx(reference).epsilon(1e-12));
+  CHECK(fitted.micro_batches > 1);
+  bool skipped = false, empty_seen = false;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const SearchEvent& e = events[i];
+    if (e.kind != SearchEvent::Kind::frontier) continue;
+    const bool checked = i > 0 && events[i - 1].kind == SearchEvent::Kind::least_memory &&
+                         events[i - 1].mesh == e.mesh && events[i - 1].zero_stage == e.zero_stage &&
+                         events[i - 1].micro_batches == e.micro_batches;
+    const bool fewer_fit = std::any_of(
+        events.begin(), events.begin() + static_cast<std::ptrdiff_t>(i), [&](const SearchEvent& f) {
+          return f.kind == SearchEvent::Kind::frontier && f.points > 0 && f.mesh == e.mesh &&
+                 f.zero_stage == e.zero_stage && f.micro_batches < e.micro_batches;
+        });
+    if (empty_seen) CHECK(checked == !fewer_fit);  // checked exactly when no sibling fits
+    if (empty_seen && fewer_fit) skipped = true;
+    if (e.points == 0) empty_seen = true;
+  }
+  CHECK(empty_seen);
+  CHECK(skipped);
 }
 
 TEST_CASE("pins fix an op's output spec, bad pins name themselves", "[search][plan]") {

@@ -9,8 +9,11 @@
 // with the merged frontier of the plans that fit (the DP drops partial plans over the budget, which
 // is exact for them and makes a tight budget cheaper to search). Once one budgeted DP has found
 // nothing, each later configuration first runs an exact DP of the peak alone
-// (DpOptions::least_memory, about the cost of the least-time one, a fraction of a budgeted
-// frontier's): one whose least memory is over the budget is skipped.
+// (DpOptions::least_memory; a fraction of a budgeted frontier's cost on 1-2-axis meshes, about
+// as much on 3-axis ones): one whose least memory is over the budget is skipped. The check is
+// left out where it would most likely be wasted, when the configuration of the same mesh and
+// ZeRO stage with fewer micro-batches has a plan that fits (it prunes only, so no result
+// changes).
 // No plan fits: a carto::Error that states the least memory any plan needs and which plan that is
 // (the least of those DPs, run also for the configurations not yet tried, in increasing
 // parameter bytes until those alone reach the least found). Two reductions keep that exact while
@@ -287,6 +290,7 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     bool exact_bound = false;       // bound is that least time (else its lower stage's)
     std::int64_t parameters = 0;    // the least persistent bytes of any of its plans
     std::int64_t least_bytes = -1;  // the least peak of any of its plans (-1: not yet known)
+    bool fits = false;              // a plan of it is known to fit the budget
   };
   std::vector<Graph> graphs;
   std::vector<Config> configs;
@@ -458,9 +462,17 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
         c.exact_bound = true;
         if (c.bound >= best.time) continue;
       }
-      if (check_fit && least_memory(c) > budget) continue;  // no plan of it fits
+      // The check is skipped where it would most likely be wasted: when the configuration of
+      // the same mesh and stage with fewer micro-batches (more activation memory each) has a
+      // plan that fits. It only saves work, so skipping it changes no result.
+      const bool fewer_fit = std::any_of(configs.begin(), configs.end(), [&](const Config& o) {
+        return o.fits && o.graph != c.graph && o.micro < c.micro && o.zero == c.zero &&
+               o.mesh == c.mesh;
+      });
+      if (check_fit && !fewer_fit && least_memory(c) > budget) continue;  // no plan of it fits
       const DpOptions dp = dp_options(c, budget);
       const DpResult r = run_dp(c, dp, SearchEvent::Kind::frontier);
+      c.fits = !r.frontier.empty();
       check_fit = check_fit || r.frontier.empty();
       record(c, dp, r);
       ++searched;

@@ -75,7 +75,7 @@ TEST_CASE("matmul_rates: log-linear between the points, clamped outside", "[cost
         Approx(1e9 / (2e10 * flat.matmul_efficiency)).epsilon(1e-12));
 }
 
-TEST_CASE("matmul_rates are per GEMM call; loop kernels run at loop_rate", "[cost][cpu]") {
+TEST_CASE("matmul_rates are per GEMM call, loop kernels run at loop_rate", "[cost][cpu]") {
   HardwareProfile hw = curved();
   auto t = [&](double flops, std::int64_t calls, DType d = DType::fp32) {
     return compute_time(

@@ -9,12 +9,22 @@
 // its inputs through reread (inputs.hpp); route_gradient hands a parameter's gradient to
 // accumulate_parameter_gradient (parameters.hpp) and moves an activation's gradient to the spec
 // its producer needs (the stored spec without Partial), adding it into grad_. No gradient buffer
-// is zero-filled: each kernel assigns its first contribution (backend.hpp's CopyMode). Below ZeRO 2
-// a parameter's gradient is written by the kernel straight into where it accumulates (Param::grad
-// for the direct use, the use's accumulator otherwise), assigned on the use's first micro-batch
-// and added after, so it needs neither a temporary nor a copy; a part view (Q, K, V; gate, up)
-// adds its part into its input's gradient when another part made it (adds_part_in_place), and a
-// silu_mul reads gate and up out of the fused projection a chunk at a time (silu_mul_chunks).
+// is zero-filled and no gradient is copied where it can be shared or added in place:
+//  - each kernel assigns its first contribution (backend.hpp's CopyMode); below ZeRO 2 a
+//    parameter's gradient is written by the kernel straight into where it accumulates (Param::grad
+//    for the direct uses, the use's accumulator otherwise), assigned on the use's first micro-batch
+//    and added after, so it needs neither a temporary nor a copy;
+//  - an identity gradient (an add's two inputs, a bias's input) is dY's own buffer, handed on
+//    (hands_gradient_on): the residual stream's gradient is one buffer through a block's backward;
+//  - an input whose gradient a later consumer already made, kept in the spec this op writes it in
+//    and held by nothing else, is added into in place (accumulates_in_place); a shared one is
+//    copied before it is added into (route_gradient);
+//  - part views (Q, K, V of the fused QKV; gate, up) each write their own slot of the fused
+//    gradient, which the first to run allocates unfilled (writes_part_slot; complete_parts zeroes
+//    a slot no part wrote); in another spec a part adds into a zero-filled buffer
+//    (adds_part_in_place);
+//  - a silu_mul reads gate and up out of the fused projection a chunk at a time
+//    (silu_mul_chunks).
 // After an op's backward its saved tensors and its output's gradient are dropped. A gradient has
 // its tensor's dtype (dtype_of: the compute dtype, a loss's fp32); the layernorm backward sums are
 // fp32.
@@ -43,6 +53,7 @@ inline void Executor::backward() {
   grad_[r.index()] = seed;
   act_[r.index()].reset();
   recomputed_.assign(g_.groups().size(), false);
+  std::fill(parts_written_.begin(), parts_written_.end(), 0U);
   for (std::size_t k = g_.num_ops(); k-- > 0;) {
     const Op& op = g_.ops()[k];
     if (checkpointed(op.group) && !recomputed_[static_cast<std::size_t>(op.group)]) {
@@ -91,7 +102,71 @@ inline bool Executor::adds_part_in_place(std::size_t k) const {
          have == without_partial(stored_[t.index()]);
 }
 
-// Adds an input gradient (in the strategy's gradient spec) where it belongs.
+// Whether op k is a part view whose fused input has only part views as consumers, each taking its
+// gradient in the spec the fused gradient is kept in (no Partial, no move; Executor::layout): each
+// part then writes its own slot of the fused gradient (assigned), which the first part to run
+// allocated without a fill; complete_parts zeroes a slot that no part wrote before it is read.
+inline bool Executor::writes_part_slot(std::size_t k) const {
+  return part_bit_[k] != 0 && parts_all_[g_.ops()[k].inputs[0].index()] != 0;
+}
+
+// Zeroes the slots of t's gradient that no part view wrote (a part whose output reaches no loss,
+// or before another contribution is added to the whole buffer); then every slot is valid.
+inline void Executor::complete_parts(TensorId t) {
+  const std::uint32_t missing = parts_all_[t.index()] & ~parts_written_[t.index()];
+  parts_written_[t.index()] = parts_all_[t.index()];
+  if (missing == 0 || grad_[t.index()] == nullptr) return;
+  const TensorView dt = view_of(t, *grad_[t.index()], local_of(t, without_partial(stored_[t.index()])));
+  for (std::size_t c = 0; c < g_.num_ops(); ++c) {
+    const Op& op = g_.ops()[c];
+    if ((part_bit_[c] & missing) == 0 || op.inputs[0] != t) continue;
+    const TensorShape slot = local_of(op.output, without_partial(st_[c].sharding.output));
+    Buffer zeros = buffer(slot, dtype_of(t), MemoryCategory::temporaries);
+    be_.fill(zeros.view(slot, dtype_of(t)), 0.0f);
+    view_copy(op, zeros.view(slot, dtype_of(t)), dt, CopyMode::assign, true);
+  }
+}
+
+// Whether op k's backward hands its output gradient on as input i's gradient, with no copy: an
+// identity gradient (add; bias's input) of the same local shape and dtype. The buffer is then
+// shared until one of its holders is added into (route_gradient copies first).
+inline bool Executor::hands_gradient_on(std::size_t k, std::size_t i) const {
+  const Op& op = g_.ops()[k];
+  if (op.kind != OpKind::add && !(op.kind == OpKind::bias && i == 0)) return false;
+  const TensorId t = op.inputs[i];
+  const TensorInfo& info = g_.tensor(t);
+  if (info.kind != TensorKind::activation || !info.producer.valid()) return false;
+  if (dtype_of(t) != dtype_of(op.output)) return false;
+  const Strategy& s = st_[k];
+  const TensorShape in = local_of(t, without_partial(s.gradients[i]));
+  const TensorShape out = local_of(op.output, without_partial(s.sharding.output));
+  if (in.rank() != out.rank()) return false;
+  for (std::size_t d = 0; d < in.rank(); ++d) {
+    if (in.dims()[d].extent != out.dims()[d].extent) return false;
+  }
+  return true;
+}
+
+// Whether op k's backward adds input i's gradient straight into the gradient a later consumer
+// made: that buffer is held by nothing else, the op writes the gradient in the spec it is kept in
+// (no Partial, no move), and the op's kernel can accumulate (fused attention and silu_mul write
+// their input gradients whole; a part view has its own rule).
+inline bool Executor::accumulates_in_place(std::size_t k, std::size_t i) const {
+  const Op& op = g_.ops()[k];
+  if (op.kind == OpKind::fused_attention || op.kind == OpKind::silu_mul || part_bit_[k] != 0)
+    return false;
+  const TensorId t = op.inputs[i];
+  const TensorInfo& info = g_.tensor(t);
+  if (info.kind != TensorKind::activation || !info.producer.valid()) return false;
+  const std::shared_ptr<Buffer>& held = grad_[t.index()];
+  const ShardingSpec& have = st_[k].gradients[i];
+  return held != nullptr && held.use_count() == 1 && parts_written_[t.index()] == 0 &&
+         !have.is_partial() && have == without_partial(stored_[t.index()]);
+}
+
+// Adds an input gradient (in the strategy's gradient spec) where it belongs. A gradient buffer
+// may be shared (hands_gradient_on): one is added into only when nothing else holds it; else the
+// sum goes into the one that is not shared, or into a new buffer.
 inline void Executor::route_gradient(std::size_t k, std::size_t i, std::shared_ptr<Buffer> grad) {
   const Op& op = g_.ops()[k];
   const TensorId t = op.inputs[i];
@@ -104,16 +179,27 @@ inline void Executor::route_gradient(std::size_t k, std::size_t i, std::shared_p
   if (info.kind != TensorKind::activation || !info.producer.valid()) return;  // no gradient
   const ShardingSpec need = without_partial(stored_[t.index()]);
   const TensorShape need_local = local_of(t, need);
-  std::shared_ptr<Buffer> moved = grad;
+  std::shared_ptr<Buffer> moved = std::move(grad);
   if (!(have == need)) {
     moved = std::make_shared<Buffer>(move(info.shape,
-                                          view_of(t, *grad, local_of(t, without_partial(have))),
+                                          view_of(t, *moved, local_of(t, without_partial(have))),
                                           have, need, MemoryCategory::temporaries));
   }
-  if (grad_[t.index()] == nullptr) {
-    grad_[t.index()] = moved;
+  std::shared_ptr<Buffer>& sum = grad_[t.index()];
+  // A fused gradient some parts wrote their slots of: the others' slots are zeroed first.
+  if (sum != nullptr && parts_written_[t.index()] != 0) complete_parts(t);
+  if (sum == nullptr) {
+    sum = std::move(moved);
+  } else if (sum.use_count() == 1) {
+    be_.add_scaled(view_of(t, *moved, need_local), 1.0f, view_of(t, *sum, need_local));
+  } else if (moved.use_count() == 1 && moved != sum) {
+    be_.add_scaled(view_of(t, *sum, need_local), 1.0f, view_of(t, *moved, need_local));
+    sum = std::move(moved);
   } else {
-    be_.add_scaled(view_of(t, *moved, need_local), 1.0f, view_of(t, *grad_[t.index()], need_local));
+    auto own = allocate(need_local, dtype_of(t), MemoryCategory::temporaries);
+    be_.add(view_of(t, *sum, need_local), view_of(t, *moved, need_local),
+            view_of(t, *own, need_local));
+    sum = std::move(own);
   }
 }
 
@@ -122,6 +208,7 @@ inline void Executor::run_backward(std::size_t k) {
   const Op& op = g_.ops()[k];
   const Strategy& s = st_[k];
   const TensorId out = op.output;
+  if (parts_all_[out.index()] != 0) complete_parts(out);
   std::shared_ptr<Buffer> dy_buf = grad_[out.index()];
   if (dy_buf == nullptr) return;  // the output does not reach the result
   const TensorShape out_local = local_of(out, without_partial(s.sharding.output));
@@ -135,6 +222,7 @@ inline void Executor::run_backward(std::size_t k) {
   // parameter's gradient below ZeRO 2), so it needs no routing.
   std::array<CopyMode, 3> mode{CopyMode::assign, CopyMode::assign, CopyMode::assign};
   std::array<bool, 3> in_place{};
+  std::array<bool, 3> handed{};  // dx[i] is dY's own buffer (hands_gradient_on)
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {
     in_local[i] = local_of(op.inputs[i], without_partial(s.sharding.inputs[i]));
     g_local[i] = local_of(op.inputs[i], without_partial(s.gradients[i]));
@@ -148,19 +236,30 @@ inline void Executor::run_backward(std::size_t k) {
                                     [&](const Use& u) { return u.op == k && u.input == i; });
       if (use->direct) {
         use->accumulator = std::shared_ptr<Buffer>(&p.grad, [](Buffer*) {});
-      } else if (use->accumulator == nullptr) {
-        use->accumulator = allocate(g_local[i], compute_, MemoryCategory::gradients);
+        mode[i] = p.grad_written ? CopyMode::accumulate : CopyMode::assign;
+        p.grad_written = true;
+      } else {
+        if (use->accumulator == nullptr)
+          use->accumulator = allocate(g_local[i], compute_, MemoryCategory::gradients);
+        mode[i] = use->accumulated ? CopyMode::accumulate : CopyMode::assign;
       }
       dx[i] = use->accumulator;
-      mode[i] = use->accumulated ? CopyMode::accumulate : CopyMode::assign;
       use->accumulated = true;
       in_place[i] = true;
-    } else if (adds_part_in_place(k)) {
-      // A part view (Q, K or V of the fused QKV; gate or up) whose input already has a gradient
-      // in the spec this one is written in: add the part into it, as the schedule counts.
+    } else if (writes_part_slot(k) && grad_[op.inputs[i].index()] != nullptr) {
+      // A part view (Q, K or V of the fused QKV; gate or up) whose sibling allocated the fused
+      // gradient: this part writes its own slot.
+      dx[i] = grad_[op.inputs[i].index()];
+      in_place[i] = true;
+    } else if (adds_part_in_place(k) || accumulates_in_place(k, i)) {
+      // The input already has a gradient in the spec this one is written in (a later consumer's,
+      // or a sibling part's): add into it, as the schedule counts.
       dx[i] = grad_[op.inputs[i].index()];
       mode[i] = CopyMode::accumulate;
       in_place[i] = true;
+    } else if (hands_gradient_on(k, i)) {
+      dx[i] = dy_buf;
+      handed[i] = true;
     } else {
       dx[i] = allocate(g_local[i], dtype_of(op.inputs[i]), MemoryCategory::temporaries);
     }
@@ -203,11 +302,11 @@ inline void Executor::run_backward(std::size_t k) {
       break;
     case OpKind::scale: scaled_into(0, static_cast<float>(op.factor)); break;
     case OpKind::add:
-      if (dx[0]) scaled_into(0, 1.0f);
-      if (dx[1]) scaled_into(1, 1.0f);
+      if (dx[0] && !handed[0]) scaled_into(0, 1.0f);
+      if (dx[1] && !handed[1]) scaled_into(1, 1.0f);
       break;
     case OpKind::bias:
-      if (dx[0]) scaled_into(0, 1.0f);
+      if (dx[0] && !handed[0]) scaled_into(0, 1.0f);
       if (dx[1]) be_.bias_backward(dY, DX(1), mode[1]);
       break;
     case OpKind::softmax:
@@ -291,8 +390,12 @@ inline void Executor::run_backward(std::size_t k) {
       const bool part = op.view == ViewKind::split_heads || op.view == ViewKind::split_groups;
       const bool whole =
           !part || g_.tensor(op.inputs[0]).shape.numel() == g_.tensor(out).shape.numel();
-      if (!whole && mode[0] == CopyMode::assign) be_.fill(DX(0), 0.0f);
-      view_copy(op, dY, DX(0), whole ? mode[0] : CopyMode::accumulate, true);
+      if (whole || writes_part_slot(k)) {
+        view_copy(op, dY, DX(0), mode[0], true);
+        break;
+      }
+      if (mode[0] == CopyMode::assign) be_.fill(DX(0), 0.0f);
+      view_copy(op, dY, DX(0), CopyMode::accumulate, true);
       break;
     }
     case OpKind::rmsnorm: {
@@ -339,6 +442,12 @@ inline void Executor::run_backward(std::size_t k) {
   x = {};
   for (std::size_t i = 0; i < op.inputs.size(); ++i) {
     if (dx[i] && !in_place[i]) route_gradient(k, i, std::move(dx[i]));
+  }
+  // A part that wrote its slot marks it; one that wrote into a zero-filled whole buffer (another
+  // spec) leaves every slot valid.
+  if (part_bit_[k] != 0 && parts_all_[op.inputs[0].index()] != 0 && dy_buf != nullptr) {
+    parts_written_[op.inputs[0].index()] |=
+        writes_part_slot(k) ? part_bit_[k] : parts_all_[op.inputs[0].index()];
   }
 }
 

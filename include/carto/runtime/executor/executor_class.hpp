@@ -265,7 +265,10 @@ class Executor {
     std::size_t input = 0;
     ShardingSpec want{};
     ShardingSpec grad_spec{};
-    bool direct = false;  // accumulates straight into Param::grad (first consumer, same spec)
+    // Accumulates straight into Param::grad: its gradient spec without Partial is the stored
+    // spec, and its Partial axes are those of the parameter's other direct uses (a tied
+    // embedding's lookup and head share one gradient buffer).
+    bool direct = false;
     bool accumulated = false;
     std::shared_ptr<Buffer> accumulator{};  // Partial local gradient (ZeRO 0-1)
   };
@@ -281,6 +284,7 @@ class Executor {
     Communicator* comm = nullptr;  // the replica group, if replicas > 1
     Buffer value;   // the compute copy (compute dtype): local, or this rank's chunk under ZeRO 3
     Buffer grad;    // compute dtype: local, or this rank's chunk under ZeRO 2-3
+    bool grad_written = false;  // a direct use wrote Param::grad this step (later ones add)
     Buffer master;  // mixed_bf16 only: fp32, local at ZeRO 0, this rank's chunk at ZeRO 1-3
     Buffer m, v;    // fp32: local at ZeRO 0, this rank's chunk at ZeRO 1-3
     std::vector<Use> uses;
@@ -371,6 +375,10 @@ class Executor {
   inline void backward();
   inline void recompute(std::int32_t group);
   [[nodiscard]] inline bool adds_part_in_place(std::size_t k) const;
+  [[nodiscard]] inline bool writes_part_slot(std::size_t k) const;
+  inline void complete_parts(TensorId t);
+  [[nodiscard]] inline bool hands_gradient_on(std::size_t k, std::size_t i) const;
+  [[nodiscard]] inline bool accumulates_in_place(std::size_t k, std::size_t i) const;
   inline void route_gradient(std::size_t k, std::size_t i, std::shared_ptr<Buffer> grad);
   inline void run_backward(std::size_t k);
 
@@ -490,6 +498,12 @@ class Executor {
   std::vector<bool> lazy_{};
   std::vector<std::shared_ptr<Buffer>> act_{};
   std::vector<std::shared_ptr<Buffer>> grad_{};
+  // Part views (split_heads, split_groups of a fused projection): per op, its bit among its
+  // input's consumers; per tensor, the bits of all its consumers when every one is such a part
+  // view (else 0), and the parts whose slots its gradient buffer holds so far (backward.hpp).
+  std::vector<std::uint32_t> part_bit_{};
+  std::vector<std::uint32_t> parts_all_{};
+  std::vector<std::uint32_t> parts_written_{};
   std::vector<Saved> saved_{};
   std::vector<std::vector<std::pair<TensorId, std::shared_ptr<Buffer>>>> ckpt_inputs_{};
   std::vector<bool> recomputed_{};

@@ -11,10 +11,11 @@
 //    chunk (accumulate_parameter_gradient), as DeepSpeed does.
 //  - Stage 3: the value is a chunk as well, all-gathered before each use (parameter_local).
 // Below stage 2 each use accumulates its gradient over the micro-batches in its Partial local
-// form: the direct use (first consumer, gradient spec = stored spec) into Param::grad, the others
-// into their own accumulator; finish_gradients reduces them once per step and moves them to the
-// stored spec. Nothing is zero-filled per step: a use's first contribution of a step assigns
-// (Use::accumulated false, reset by begin_step), later ones add; at stage 2-3 the first use to
+// form: the direct uses (gradient spec = stored spec, with the Partial axes of the first such
+// use) into Param::grad, the others into their own accumulator; finish_gradients reduces them once
+// per step and moves them to the stored spec. Nothing is zero-filled per step: the first
+// contribution of a step to a buffer assigns (Param::grad_written, Use::accumulated false, reset
+// by begin_step), later ones add; at stage 2-3 the first use to
 // reach the gradient chunk in a step assigns it. Initial values: GPT-2's normal from an rng stream
 // keyed by the tensor id and the global element index (layernorm gamma 1, beta and biases 0), so
 // every plan starts alike. Dtypes: the value (what kernels read) and the gradient are in the
@@ -95,7 +96,10 @@ inline void Executor::init_parameters() {
               .input = i,
               .want = st_[k].sharding.inputs[i],
               .grad_spec = st_[k].gradients[i]};
-        u.direct = p.uses.empty() && without_partial(u.grad_spec) == p.spec;
+        const auto first_direct = std::find_if(p.uses.begin(), p.uses.end(),
+                                               [](const Use& v) { return v.direct; });
+        u.direct = without_partial(u.grad_spec) == p.spec &&
+                   (first_direct == p.uses.end() || first_direct->grad_spec == u.grad_spec);
         p.uses.push_back(std::move(u));
       }
     }
@@ -255,6 +259,7 @@ inline std::vector<TensorId> Executor::parameters() const {
 // The step's first contribution to each use's gradient assigns it (no zero fill).
 inline void Executor::begin_step() {
   for (Param& p : params_) {
+    p.grad_written = false;
     for (Use& u : p.uses) u.accumulated = false;
   }
 }
@@ -303,8 +308,9 @@ inline void Executor::accumulate_parameter_gradient(std::size_t k, std::size_t i
   // Below stage 2 run_backward writes a parameter's gradient in place; this path serves the ops
   // that produce it into a temporary.
   if (use->direct) {
-    store(grad->view(glocal, compute_), p.grad.view(p.local, compute_), !use->accumulated);
+    store(grad->view(glocal, compute_), p.grad.view(p.local, compute_), !p.grad_written);
     use->accumulator = std::shared_ptr<Buffer>(&p.grad, [](Buffer*) {});
+    p.grad_written = true;
   } else {
     if (use->accumulator == nullptr)
       use->accumulator = allocate(glocal, compute_, MemoryCategory::gradients);
@@ -325,12 +331,11 @@ inline void Executor::finish_gradients() {
   }
   for (Param& p : params_) {
     bool first = true;
-    for (Use& u : p.uses) {
-      if (!u.accumulated) continue;
-      if (u.direct) {
-        reduce_gradient(*u.accumulator, u.grad_spec, p.global);
-        first = false;
-      }
+    for (Use& u : p.uses) {  // the direct uses share Param::grad: reduced once
+      if (!u.accumulated || !u.direct) continue;
+      reduce_gradient(p.grad, u.grad_spec, p.global);
+      first = false;
+      break;
     }
     for (Use& u : p.uses) {
       if (!u.accumulated || u.direct) continue;

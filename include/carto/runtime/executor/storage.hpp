@@ -80,6 +80,39 @@ inline void Executor::layout() {
                                in.producer.valid() &&
                                stored_[op.inputs[0].index()] == st_[k].sharding.inputs[0];
   }
+  // Part views: a fused tensor whose consumers are all views of one part each (at most 32).
+  part_bit_.assign(g_.num_ops(), 0);
+  parts_all_.assign(n, 0);
+  parts_written_.assign(n, 0);
+  std::vector<bool> other_consumer(n, false);
+  std::vector<int> parts(n, 0);
+  for (std::size_t k = 0; k < g_.num_ops(); ++k) {
+    const Op& op = g_.ops()[k];
+    const bool part =
+        op.kind == OpKind::view &&
+        (op.view == ViewKind::split_heads || op.view == ViewKind::split_groups) &&
+        g_.tensor(op.inputs[0]).shape.numel() != g_.tensor(op.output).shape.numel();
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      const std::size_t t = op.inputs[i].index();
+      if (!part || i > 0 || parts[t] >= 32) {
+        other_consumer[t] = true;
+        continue;
+      }
+      part_bit_[k] = 1U << parts[t]++;
+      parts_all_[t] |= part_bit_[k];
+    }
+  }
+  // Each part writes its own slot only if every part writes its gradient in the spec the fused
+  // gradient is kept in (no Partial, no move); else they all add into a zero-filled buffer.
+  for (std::size_t k = 0; k < g_.num_ops(); ++k) {
+    if (part_bit_[k] == 0) continue;
+    const std::size_t t = g_.ops()[k].inputs[0].index();
+    const ShardingSpec& have = st_[k].gradients[0];
+    if (have.is_partial() || !(have == without_partial(stored_[t]))) other_consumer[t] = true;
+  }
+  for (std::size_t t = 0; t < n; ++t) {
+    if (other_consumer[t]) parts_all_[t] = 0;
+  }
 }
 
 inline Buffer Executor::move(const TensorShape& global, ConstTensorView local,

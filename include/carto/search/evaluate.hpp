@@ -48,10 +48,12 @@
 #include "carto/graph/graph.hpp"
 #include "carto/profile/op_cost.hpp"
 #include "carto/profile/schedule.hpp"
+#include "carto/search/gradient_memory.hpp"
 #include "carto/search/strategy.hpp"
 #include "carto/spec/layout.hpp"
 #include "carto/spec/mesh.hpp"
 #include "carto/spec/sharding.hpp"
+#include "carto/util/static_vector.hpp"
 
 namespace carto {
 
@@ -107,6 +109,18 @@ struct AssignmentCost {
   // together while it runs) and its largest gradient move's; a move counts the plan's extra memory
   // beyond its source (the moved copy included).
   std::vector<std::int64_t> move_transient_by_op{};
+  // The same apart: its forward moves' (a moved input kept for backward as the moved copy counts
+  // only what its move holds beyond the copy, which is saved), and its largest gradient move's.
+  std::vector<std::int64_t> forward_move_bytes_by_op{};
+  std::vector<std::int64_t> backward_move_bytes_by_op{};
+  // Op k's excursion parts (search/gradient_memory.hpp), in bytes: the gradients of the tensors
+  // live across it; its backward's gradients (those it adds into, dY, those it writes; its
+  // parameters' apart, a temporary at ZeRO stages 2-3 only); the buffers held in its forward that
+  // no op has saved yet (its inputs and output).
+  std::vector<std::int64_t> across_gradient_bytes_by_op{};
+  std::vector<std::int64_t> gradient_bytes_by_op{};
+  std::vector<std::int64_t> parameter_gradient_bytes_by_op{};
+  std::vector<std::int64_t> forward_live_by_op{};
   double forward_s = 0;
   double backward_s = 0;
   [[nodiscard]] double time_s() const { return forward_s + backward_s; }
@@ -141,10 +155,20 @@ class AssignmentWalk {
     stored_specs();
     result_.saved_by_op.assign(g_.num_ops(), 0);
     result_.move_transient_by_op.assign(g_.num_ops(), 0);
+    result_.forward_move_bytes_by_op.assign(g_.num_ops(), 0);
+    result_.backward_move_bytes_by_op.assign(g_.num_ops(), 0);
+    result_.across_gradient_bytes_by_op.assign(g_.num_ops(), 0);
+    result_.gradient_bytes_by_op.assign(g_.num_ops(), 0);
+    result_.parameter_gradient_bytes_by_op.assign(g_.num_ops(), 0);
+    result_.forward_live_by_op.assign(g_.num_ops(), 0);
+    roots_ = gradient_roots(g_);
+    layouts_ = gradient_layouts(g_, roots_);
     for (std::size_t k = 0; k < g_.num_ops(); ++k) {
       const std::int64_t before = group_of(k).saved_bytes;
+      gradients(k);
       visit(k);
       result_.saved_by_op[k] = group_of(k).saved_bytes - before;
+      result_.forward_live_by_op[k] = unsaved_live(k);
     }
     for (const GroupCost& c : result_.groups) {
       result_.flops_forward += c.flops_forward;
@@ -226,6 +250,57 @@ class AssignmentWalk {
     return cache_.plan(info.shape, dt, from, to, mesh_, hw_, {.make_partial = MakePartial::allow});
   }
 
+  // The gradient parts of op k's excursion (search/gradient_memory.hpp), each gradient in its
+  // tensor's stored spec without Partial.
+  void gradients(std::size_t k) {
+    const Op& op = g_.ops()[k];
+    const Strategy& s = st_[k];
+    const OpGradientLayout& layout = layouts_[k];
+    auto kept_bytes = [&](TensorId t) {
+      return local_bytes(t, without_partial(stored_[t.index()]));
+    };
+    std::int64_t across = 0;
+    for (const std::int32_t t : layout.across) across += kept_bytes(TensorId{t});
+    std::int64_t backward = 0;
+    for (const std::uint8_t i : layout.read_later) backward += kept_bytes(op.inputs[i]);
+    if (layout.counts_dy) backward += local_bytes(op.output, without_partial(s.sharding.output));
+    StaticVector<InputGradient, 3> inputs;
+    std::int64_t params = 0;
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      const TensorId t = op.inputs[i];
+      const ShardingSpec& grad = s.gradients[i];
+      const std::int64_t bytes = local_bytes(t, without_partial(grad));
+      inputs.push_back(
+          {.bytes = bytes,
+           .moved = grad.is_partial() || !(grad == without_partial(stored_[t.index()]))});
+      if (g_.tensor(t).kind == TensorKind::parameter) params += bytes;
+    }
+    backward += written_gradient_bytes(g_, roots_, k, {inputs.begin(), inputs.size()}, 0);
+    result_.across_gradient_bytes_by_op[k] = across;
+    result_.gradient_bytes_by_op[k] = backward;
+    result_.parameter_gradient_bytes_by_op[k] = params;
+  }
+
+  // The buffers op k's forward holds that no op has saved yet (after k saved its own): its
+  // activation inputs and its output, each buffer once.
+  std::int64_t unsaved_live(std::size_t k) const {
+    std::vector<std::size_t> ids;
+    std::int64_t bytes = 0;
+    auto count = [&](std::size_t t) {
+      const Buffer& b = buffer_[t];
+      if (saved_.contains(b.id) || std::find(ids.begin(), ids.end(), b.id) != ids.end()) return;
+      ids.push_back(b.id);
+      bytes += b.bytes;
+    };
+    const Op& op = g_.ops()[k];
+    count(op.output.index());
+    for (const TensorId t : op.inputs) {
+      if (g_.tensor(t).kind == TensorKind::activation && g_.tensor(t).producer.valid())
+        count(t.index());
+    }
+    return bytes;
+  }
+
   void save(std::size_t k, std::size_t key, std::int64_t bytes) {
     if (saved_.contains(key)) return;
     saved_.emplace(key, bytes);
@@ -251,6 +326,7 @@ class AssignmentWalk {
 
     const auto saved = saved_tensors(g_, op);
     std::int64_t forward_moves = 0;
+    std::int64_t forward_kept_copies = 0;  // moved copies kept for backward (saved)
     std::int64_t backward_moves = 0;
     auto transient = [&](TensorId t, const ReshardPlan& plan, const ShardingSpec& to) {
       return std::max(local_bytes(t, to), plan.extra_memory_bytes);
@@ -296,10 +372,13 @@ class AssignmentWalk {
           record_plan(k, t, CommRole::regather, Phase::backward, forward);
         } else {
           save(k, next_buffer_++, local_bytes(t, want));
+          forward_kept_copies += local_bytes(t, want);
         }
       }
     }
     result_.move_transient_by_op[k] = std::max(forward_moves, backward_moves);
+    result_.forward_move_bytes_by_op[k] = forward_moves - forward_kept_copies;
+    result_.backward_move_bytes_by_op[k] = backward_moves;
     for (const CollectiveCall& c : s.gradient_sync) {
       record(k, op.inputs[static_cast<std::size_t>(c.input)], CommRole::gradient_sync,
              Phase::backward, c.kind, c.axis, c.bytes);
@@ -332,6 +411,8 @@ class AssignmentWalk {
   std::vector<Buffer> buffer_{};
   std::size_t next_buffer_ = 0;
   std::map<std::size_t, std::int64_t> saved_{};
+  GradientRoots roots_{};
+  std::vector<OpGradientLayout> layouts_{};
   ReshardCache& cache_;
 };
 

@@ -7,13 +7,13 @@
 //   time = m · (evaluate_assignment's time − its parameter-gradient reductions + ZeRO-3 gathers
 //               + the forward time of every checkpointed block) + the reductions
 //          + the optimizer step (detail::optimizer_time per parameter, once),
-//   peak = P + Σ_g K_g + max(0, max_g X_g),
-// with A_g the group's saved bytes as evaluate_assignment counts them, T_g the largest excursion of
-// its ops (its strategy's temporaries, ZeRO-3's gathered parameters, its moves' copies), K_g = A_g
-// and X_g = T_g, or for a checkpointed block K_g = its input's buffer and X_g = max_k(A_≤k + T_k)
-// − K_g (A_≤k: what the block's ops up to k save; op k's backward runs while they are held, those
-// of later ops already freed). It walks the plan once, independently of the DP's incremental
-// bookkeeping, so a DP answer re-priced here is a check of the DP.
+//   peak = P + max(Σ_g K_g, max_g (K_<g + Y_g)),
+// with A_g the group's saved bytes as evaluate_assignment counts them, K_g = A_g (a checkpointed
+// block: its input's buffer), and Y_g = max_k (A_g,≤k + U_k) over the group's ops: A_g,≤k what its
+// ops up to k save (recomputed, in a checkpointed block), still held when op k's backward runs
+// (those of later ops already freed), U_k the op's excursion (op_excursion). The groups after g
+// have freed what they kept when g's backward runs. It walks the plan once, independently of the
+// DP's incremental bookkeeping, so a DP answer re-priced here is a check of the DP.
 #pragma once
 
 #include <algorithm>
@@ -36,6 +36,27 @@ struct PointCost {
   std::int64_t extra_bytes = 0;       // max X_g: the largest excursion above them
   double optimizer_s = 0;             // the optimizer step (part of time_s)
 };
+
+// U_k, op k's excursion above the activations kept when it runs (search/gradient_memory.hpp's
+// ExcursionParts): the gradients of the tensors live across it; the larger of its forward part
+// (the buffers it holds that no op saved; in a checkpointed block's recompute, the gradient of the
+// block's output, counted as the size of the block's input — the residual stream's —
+// `block_gradient`) and its backward part (workspace, the gradients it adds into, dY, those it
+// writes; its parameters' at ZeRO stages 2-3); then ZeRO-3's gathered parameters and its moves'
+// copies.
+inline std::int64_t op_excursion(const Graph& g, const DeviceMesh& mesh, const DpOptions& options,
+                                 const Strategy& s, const AssignmentCost& cost, std::size_t k,
+                                 std::int64_t block_gradient) {
+  const ExcursionParts u{
+      .across = cost.across_gradient_bytes_by_op[k],
+      .forward =
+          cost.forward_live_by_op[k] + block_gradient + cost.forward_move_bytes_by_op[k],
+      .backward = s.memory.workspace + cost.gradient_bytes_by_op[k] +
+                  (options.zero_stage >= 2 ? cost.parameter_gradient_bytes_by_op[k] : 0) +
+                  cost.backward_move_bytes_by_op[k],
+      .fixed = zero_transient_bytes(g, s, mesh, options.zero_stage, strategy_options(options))};
+  return u.total();
+}
 
 // The cost of one complete choice: `chosen[k]` is op k's strategy; `cache` keeps the reshard
 // graphs across calls.
@@ -80,41 +101,40 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
       }
     }
   }
+  const std::vector<OpGradientLayout> layouts = gradient_layouts(g, gradient_roots(g));
   double recompute = 0;
-  std::int64_t kept = 0;
-  std::int64_t extra = 0;
+  std::int64_t kept = 0;  // Σ K_g so far
+  std::int64_t top = 0;   // max over ops k so far of K_<g + A_g,≤k + U_k
   for (std::size_t gi = 0; gi < g.groups().size(); ++gi) {
     const OpGroup& grp = g.groups()[gi];
     const GroupCost& gc = cost.groups[gi];
-    std::int64_t temp = 0;  // max_k T_k
-    std::int64_t held = 0;  // A_≤k: what the group has saved up to op k
-    std::int64_t peak = 0;  // max_k (A_≤k + T_k): op k's backward runs with A_≤k still held
-    for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
-      const Strategy& s = chosen[static_cast<std::size_t>(k)];
-      const std::int64_t t =
-          s.memory.temporaries +
-          zero_transient_bytes(g, s, mesh, options.zero_stage, strategy_options(options)) +
-          cost.move_transient_by_op[static_cast<std::size_t>(k)];
-      temp = std::max(temp, t);
-      held += cost.saved_by_op[static_cast<std::size_t>(k)];
-      peak = std::max(peak, held + t);
+    const bool ckpt = gi < checkpointed.size() && checkpointed[gi];
+    // A checkpointed block's input, stored in its producer's output spec.
+    std::int64_t input_bytes = 0;
+    if (const TensorId x = detail::group_input(g, static_cast<std::int32_t>(gi)); ckpt && x.valid()) {
+      const TensorInfo& info = g.tensor(x);
+      const ShardingSpec& spec = chosen[info.producer.index()].sharding.output;
+      input_bytes = local_shape(info.shape, spec, mesh).numel() * element_bytes(info);
     }
-    if (gi < checkpointed.size() && checkpointed[gi]) {
+    std::int64_t held = 0;  // A_g,≤k: what the group has saved up to op k
+    std::int64_t peak = 0;  // max_k (A_g,≤k + U_k): op k's backward runs with A_g,≤k still held
+    for (std::int32_t k = grp.first_op; k < grp.end_op; ++k) {
+      const auto kk = static_cast<std::size_t>(k);
+      held += cost.saved_by_op[kk];
+      const std::int64_t block_gradient =
+          ckpt && layouts[kk].counts_block_gradient ? input_bytes : 0;
+      peak = std::max(peak,
+                      held + op_excursion(g, mesh, options, chosen[kk], cost, kk, block_gradient));
+    }
+    top = std::max(top, kept + std::max(peak, gc.saved_bytes));
+    if (ckpt) {
       recompute += m * (gc.compute_forward_s + gc.comm_forward_s);
-      // The block input, stored in its producer's output spec.
-      std::int64_t input_bytes = 0;
-      if (const TensorId x = detail::group_input(g, static_cast<std::int32_t>(gi)); x.valid()) {
-        const TensorInfo& info = g.tensor(x);
-        const ShardingSpec& spec = chosen[info.producer.index()].sharding.output;
-        input_bytes = local_shape(info.shape, spec, mesh).numel() * element_bytes(info);
-      }
       kept += input_bytes;
-      extra = std::max(extra, std::max(peak, gc.saved_bytes) - input_bytes);
     } else {
       kept += gc.saved_bytes;
-      extra = std::max(extra, temp);
     }
   }
+  const std::int64_t extra = std::max<std::int64_t>(0, top - kept);
   PointCost p;
   p.time_s = m * (cost.time_s() - sync + gathers + regather) + sync + recompute + optimizer;
   p.optimizer_s = optimizer;

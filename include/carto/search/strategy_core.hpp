@@ -75,6 +75,11 @@ struct StrategyMemory {
   std::int64_t optimizer = 0;
   std::int64_t activations = 0;  // saved for backward (this op's own figure)
   std::int64_t temporaries = 0;  // workspace inside the op
+  // Its parts, for the schedule model (search/gradient_memory.hpp counts the gradient buffers
+  // from the graph around the op): the backward's own workspace, and the forward's transient
+  // Partial output. Not part of total().
+  std::int64_t workspace = 0;
+  std::int64_t forward_transient = 0;
   [[nodiscard]] constexpr std::int64_t total() const {
     return parameters + gradients + optimizer + activations + temporaries;
   }
@@ -408,6 +413,8 @@ inline Strategy make_strategy(const Graph& g, OpId o, const OpSharding& sharding
   const std::int64_t forward_excursion =
       sharding.output.is_partial() && op.kind != OpKind::view ? st.cost.output_bytes : 0;
   st.memory.temporaries = std::max(backward_excursion, forward_excursion);
+  st.memory.workspace = st.cost.temp_bytes;
+  st.memory.forward_transient = forward_excursion;
   return st;
 }
 

@@ -169,10 +169,22 @@ inline void Executor::all_gather_chunks(Param& p, ConstTensorView chunk, TensorV
                CopyMode::assign);
 }
 
-// The full local tensor from the chunks (of `dtype`) of the replica group (a ZeRO gather).
+// The full local tensor from the chunks (of `dtype`) of the replica group (a ZeRO gather): the
+// chunks are gathered straight into a buffer of all of them, whose first elements are the local
+// tensor (the last chunk's padding follows).
 inline Buffer Executor::gather_chunks(Param& p, const Buffer& chunk, DType dtype) {
-  Buffer out = buffer(p.local, dtype, MemoryCategory::temporaries);
-  all_gather_chunks(p, chunk.view({{"chunk", p.chunk}}, dtype), out.view(p.local, dtype));
+  if (p.replicas == 1) {
+    Buffer out = buffer(p.local, dtype, MemoryCategory::temporaries);
+    all_gather_chunks(p, chunk.view({{"chunk", p.chunk}}, dtype), out.view(p.local, dtype));
+    return out;
+  }
+  const TensorShape all_shape{{"all", p.chunk * p.replicas}};
+  Buffer out = buffer(all_shape, dtype, MemoryCategory::temporaries);
+  be_.synchronize();
+  p.comm
+      ->all_gather(bytes_of(chunk.view({{"chunk", p.chunk}}, dtype)),
+                   bytes_of(out.view(all_shape, dtype)), dtype)
+      .wait();
   return out;
 }
 

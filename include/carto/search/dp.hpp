@@ -126,6 +126,7 @@ class Dp : public DpCore {
     for (const auto& [range, table] : segments_) r.segment_tables += table.size();
     for (const auto& [pos, table] : suffixes_) r.segment_tables += table.size();
     r.chains = chains_.size();
+    r.loose_merges = loose_merges_;
     return r;
   }
 
@@ -170,7 +171,11 @@ class Dp : public DpCore {
              .checkpoint_input = checkpoint ? entry.bytes : 0};
     Frontier f;
     Label zero{};
-    if (checkpoint && !m_.options().least_time) zero.base = entry.bytes;
+    if (checkpoint && !m_.options().least_time) {  // K_g: the input, kept (enter_block)
+      zero.base = entry.bytes;
+      zero.kept = entry.bytes;
+      zero.extra = -entry.bytes;
+    }
     f[s0].push_back(zero);
     const TableScope scope(*this, grp.first_op);
     f = run_ops(grp.first_op, grp.end_op, std::move(f));
@@ -224,18 +229,36 @@ class Dp : public DpCore {
       check_deadline();
       const bool outer_flat = flat(labels), outer_sorted = sorted(labels);
       const auto [entry, rest] = take(state, x, gi);
+      const std::int64_t ride = ride_bytes(g_.groups()[static_cast<std::size_t>(gi)].first_op, rest);
       for (const bool ckpt : checkpoint_options()) {
-        for (const BlockExit& exit : block_exits(tmpl, entry, ckpt)) {
+        const std::vector<BlockExit>& exits = block_exits(tmpl, entry, ckpt);
+        note_loose_merge(labels, exits, ride, false);
+        for (const BlockExit& exit : exits) {
           jobs[joined(rest, exit.live, dt)].push_back(
               {.outer = &labels,
                .exit = &exit,
                .link = {.group = link_group, .ops_offset = ops_offset, .checkpoint = ckpt},
                .outer_flat = outer_flat,
-               .outer_sorted = outer_sorted});
+               .outer_sorted = outer_sorted,
+               .ride = ride});
         }
       }
     }
     return combine_jobs(jobs, g_.groups()[static_cast<std::size_t>(gi)].end_op);
+  }
+
+  // The gradient bytes of the tensors that ride along a memoized run starting at op `a` unread:
+  // those of op a's `across` (search/gradient_memory.hpp, one per gradient buffer) among `riders`,
+  // in their stored specs. The run's table does not see them; every op of the run counts them.
+  std::int64_t ride_bytes(std::int32_t a, const std::vector<Live>& riders) {
+    if (m_.options().least_time) return 0;  // no memory is tracked
+    std::int64_t bytes = 0;
+    for (const std::int32_t t : m_.gradient_layout(static_cast<std::size_t>(a)).across) {
+      for (const Live& r : riders) {
+        if (r.tensor == t) bytes += m_.local_bytes(TensorId{t}, r.spec);
+      }
+    }
+    return bytes;
   }
 
   // ---- memoized segments inside a block ----
@@ -296,7 +319,8 @@ class Dp : public DpCore {
   std::map<SegmentKey, std::unordered_map<State, std::vector<BlockExit>, StateHash>> segments_{};
 
   const std::vector<BlockExit>& segment_exits(std::int32_t a, std::int32_t e, const State& entry) {
-    auto& table = segments_[{a, e}];
+    const SegmentKey key{a, e};
+    auto& table = segments_[key];
     auto it = table.find(entry);
     if (it != table.end()) return it->second;
     Frontier f;
@@ -305,7 +329,7 @@ class Dp : public DpCore {
     f = run_ops(a, e, std::move(f));
     std::vector<BlockExit> exits;
     for (auto& [state, labels] : f) exits.push_back(make_exit(state.live, std::move(labels)));
-    return segments_[{a, e}].emplace(entry, std::move(exits)).first->second;
+    return segments_[key].emplace(entry, std::move(exits)).first->second;
   }
 
   Frontier apply_segment(std::int32_t a, std::int32_t e, const Frontier& in) {
@@ -313,13 +337,17 @@ class Dp : public DpCore {
     for (const auto& [state, labels] : in) {
       check_deadline();
       const bool outer_flat = flat(labels), outer_sorted = sorted(labels);
-      // The open block's input bytes matter only when the block closes, after the segment.
-      State entry{.checkpoint = state.checkpoint};
+      // An open checkpointed block's input bytes stand for its output's gradient in a recompute
+      // (dp_core.hpp's transition): part of the key.
+      State entry{.checkpoint = state.checkpoint, .checkpoint_input = state.checkpoint_input};
       std::vector<Live> riders;
       for (const Live& l : state.live) {
         (m_.next_use(TensorId{l.tensor}, a) == a ? entry.live : riders).push_back(l);
       }
-      for (const BlockExit& exit : segment_exits(a, e, entry)) {
+      const std::int64_t ride = ride_bytes(a, riders);
+      const std::vector<BlockExit>& exits = segment_exits(a, e, entry);
+      note_loose_merge(labels, exits, ride, state.checkpoint);
+      for (const BlockExit& exit : exits) {
         State next{.live = riders,
                    .checkpoint = state.checkpoint,
                    .checkpoint_input = state.checkpoint_input};
@@ -328,7 +356,8 @@ class Dp : public DpCore {
         jobs[next].push_back({.outer = &labels,
                               .exit = &exit,
                               .outer_flat = outer_flat,
-                              .outer_sorted = outer_sorted});
+                              .outer_sorted = outer_sorted,
+                              .ride = ride});
       }
     }
     return combine_jobs(jobs, e);
@@ -378,12 +407,15 @@ class Dp : public DpCore {
     const double scale = static_cast<double>(n);
     // The first block's label plus n - 1 blocks of `steady`'s (itself, when the class runs one
     // layout: then it was trimmed once, not n times, so its trims count once).
+    // Each later block's candidates sit on what the blocks before it kept: the last one's are
+    // steady.extra above the class's end, an earlier one's lower by the steady blocks after it.
     auto repeat = [&](const Label& first, const Label& steady) {
       Label l = first;
       l.trace = -1;
       l.time += (scale - 1) * steady.time;
       l.base += (n - 1) * steady.base;
-      l.extra = std::max(l.extra, steady.extra);
+      l.kept += (n - 1) * steady.kept;
+      if (n > 1) l.extra = std::max(first.extra - (n - 1) * steady.kept, steady.extra);
       if (&steady != &first) l.trims = static_cast<std::uint16_t>(l.trims + steady.trims);
       return l;
     };
@@ -402,10 +434,13 @@ class Dp : public DpCore {
         candidates.push_back(l);
       };
       if (n == 1 || key_of(x.live.at(0)) == key_of(entry)) {
+        // A label repeated: its extra is at most its own top - P (dp_merge.hpp's floor).
         for (const Label& l : x.labels) add(repeat(l, l), l.trace, -1);
       } else {
         const Live next = as_input(c, x.live[0]);
-        for (const BlockExit& y : block_exits(c.first_group, next, checkpoint)) {
+        const std::vector<BlockExit>& ys = block_exits(c.first_group, next, checkpoint);
+        note_loose_merge(x.labels, ys, 0, false);  // τ followed by σ
+        for (const BlockExit& y : ys) {
           if (y.live.size() != 1 || key_of(y.live[0]) != key_of(x.live[0])) continue;
           for (const Label& tau : x.labels) {
             for (const Label& sigma : y.labels) add(repeat(tau, sigma), tau.trace, sigma.trace);
@@ -413,7 +448,7 @@ class Dp : public DpCore {
         }
       }
       const double tolerance = merge_tolerance();
-      std::vector<Label> kept = pareto_filter(std::move(candidates), tolerance);
+      std::vector<Label> kept = pareto_filter(std::move(candidates), tolerance, persistent_matters());
       if (kept.empty()) continue;
       for (Label& l : kept) {
         if (tolerance > 0) ++l.trims;
@@ -453,7 +488,10 @@ class Dp : public DpCore {
                                    .outer_sorted = outer_sorted});
           continue;
         }
-        for (const BlockExit& xn : class_run(ci, as_input(c, xc.live[0]), c.blocks - k, false)) {
+        const Live next = as_input(c, xc.live[0]);
+        const std::vector<BlockExit>& xns = class_run(ci, next, c.blocks - k, false);
+        note_loose_merge(xc.labels, xns, 0, false);
+        for (const BlockExit& xn : xns) {
           jobs[State{.live = xn.live}].push_back({.outer = &xc.labels,
                                                   .exit = &xn,
                                                   .outer_flat = outer_flat,
@@ -481,11 +519,16 @@ class Dp : public DpCore {
         if (r.root == entry.root)
           fail("carto: internal: a tensor read after chain ", ci, " shares its input's buffer");
       }
-      for (const BlockExit& exit : chain_exits(ci, entry)) {
+      const std::int64_t ride =
+          ride_bytes(g_.groups()[static_cast<std::size_t>(c.first_group)].first_op, rest);
+      const std::vector<BlockExit>& exits = chain_exits(ci, entry);
+      note_loose_merge(labels, exits, ride, false);
+      for (const BlockExit& exit : exits) {
         jobs[joined(rest, exit.live, dt)].push_back({.outer = &labels,
                                                      .exit = &exit,
                                                      .outer_flat = outer_flat,
-                                                     .outer_sorted = outer_sorted});
+                                                     .outer_sorted = outer_sorted,
+                                                     .ride = ride});
       }
     }
     return combine_jobs(jobs, chain_end_op(c));
@@ -497,7 +540,8 @@ class Dp : public DpCore {
 
   // Ops [a, end) from `state` (a zero label), each later position memoized by its state too.
   const std::vector<BlockExit>& suffix_exits(std::int32_t a, const State& state) {
-    auto& table = suffixes_[a];
+    const std::int32_t key = a;
+    auto& table = suffixes_[key];
     if (auto it = table.find(state); it != table.end()) return it->second;
     Frontier f;
     f[state].push_back(Label{});
@@ -506,7 +550,7 @@ class Dp : public DpCore {
     if (a + 1 < static_cast<std::int32_t>(g_.num_ops())) f = apply_suffix(a + 1, f);
     std::vector<BlockExit> exits;
     for (auto& [s, labels] : f) exits.push_back(make_exit(s.live, std::move(labels)));
-    return suffixes_[a].emplace(state, std::move(exits)).first->second;
+    return suffixes_[key].emplace(state, std::move(exits)).first->second;
   }
 
   Frontier apply_suffix(std::int32_t a, const Frontier& in) {
@@ -514,7 +558,9 @@ class Dp : public DpCore {
     for (const auto& [state, labels] : in) {
       check_deadline();
       const bool outer_flat = flat(labels), outer_sorted = sorted(labels);
-      for (const BlockExit& exit : suffix_exits(a, state)) {
+      const std::vector<BlockExit>& exits = suffix_exits(a, state);
+      note_loose_merge(labels, exits, 0, false);
+      for (const BlockExit& exit : exits) {
         jobs[State{.live = exit.live}].push_back({.outer = &labels,
                                                   .exit = &exit,
                                                   .outer_flat = outer_flat,

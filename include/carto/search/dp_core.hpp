@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "carto/search/dp_merge.hpp"
 #include "carto/search/dp_state.hpp"
 #include "carto/search/frontier.hpp"
+#include "carto/search/gradient_memory.hpp"
 #include "carto/search/model.hpp"
 #include "carto/search/space.hpp"
 #include "carto/util/static_vector.hpp"
@@ -55,9 +57,13 @@ class DpCore : public DpMerge {
         std::vector<Label>& dst = out[next];
         for (const Label& l : labels) {
           Label n = l;
-          if (ckpt && !m_.options().least_time) n.base += input_bytes;
+          if (ckpt && !m_.options().least_time) {  // K_g: the input, kept to the backward
+            n.base += input_bytes;
+            n.kept += input_bytes;
+            n.extra -= input_bytes;
+          }
           n.trace = push_trace({.parent = l.trace, .group = gi, .checkpoint = ckpt});
-          if (!insert_label(dst, n)) --traces_used_;
+          if (!insert_label(dst, n, persistent_matters())) --traces_used_;
         }
       }
     }
@@ -106,11 +112,12 @@ class DpCore : public DpMerge {
           Label n = l;
           n.time += delta.time;
           n.base += delta.base;
+          n.kept += delta.kept;
           n.open_saved += delta.open_saved;
           if (state.checkpoint) {  // backward of op k runs with A_≤k still held
             n.open_temp = std::max(n.open_temp, n.open_saved + delta.open_temp);
-          } else {
-            n.extra = std::max(n.extra, delta.open_temp);  // X_g = T_g: no need to wait for the end
+          } else {  // U_k above what is kept up to k; what op k keeps lowers the earlier ones
+            n.extra = std::max(n.extra - delta.kept, delta.open_temp);
           }
           if (step_tolerance() > 0) ++n.trims;
           n.trace = static_cast<std::int32_t>(links.size());
@@ -138,7 +145,11 @@ class DpCore : public DpMerge {
     std::int64_t saved = ch.private_saved;
     d.time = ch.sync_s;
     std::int64_t forward_moves = 0;   // moved inputs, live together while the op runs
+    std::int64_t forward_kept_copies = 0;  // moved copies saved for backward (counted as saved)
+    std::int64_t regathers = 0;            // inputs moved again for the backward
     std::int64_t backward_moves = 0;  // the largest gradient move
+    std::array<bool, 3> grad_moved{};  // input i's gradient is moved to the stored spec
+    std::array<std::int64_t, 3> stored_bytes{};  // input i's local bytes as stored
     auto mark_saved = [&](std::int32_t root) {
       for (Live& l : live) {
         if (l.root == root) l.saved = true;
@@ -196,6 +207,8 @@ class DpCore : public DpMerge {
         }
       } else if (info.kind == TensorKind::activation && info.producer.valid()) {
         const std::uint32_t needed = m_.plain_index(t, stored.spec);
+        grad_moved[i] = in.grad != needed;
+        stored_bytes[i] = m_.local_bytes(t, stored.spec);
         if (in.grad != needed) {
           const double back = m_.move_time(t, in.grad, needed);
           if (!(back < std::numeric_limits<double>::infinity())) return false;
@@ -211,12 +224,35 @@ class DpCore : public DpMerge {
           if (!already) saved += stored.bytes;
           saved_roots_now.push_back(stored.root);
           mark_saved(stored.root);
-          if (moved) micro += forward_move;  // regather before the op's backward
+          if (moved) {  // regather before the op's backward, held through it
+            micro += forward_move;
+            regathers += m_.move_transient(t, stored.spec, in.want);
+          }
         } else {
           saved += m_.local_bytes(t, in.want);
+          forward_kept_copies += m_.local_bytes(t, in.want);
         }
       }
     }
+    // The buffers op k's forward holds that no op has saved (its activation inputs, its output),
+    // each once.
+    auto unsaved_bytes = [&](const Live& o) {
+      StaticVector<std::int32_t, 4> roots;
+      std::int64_t bytes = 0;
+      auto count = [&](const Live& l) {
+        if (l.saved || std::find(roots.begin(), roots.end(), l.root) != roots.end()) return;
+        roots.push_back(l.root);
+        bytes += l.bytes;
+      };
+      count(o);
+      for (const TensorId t : op.inputs) {
+        const TensorInfo& info = g_.tensor(t);
+        if (info.kind != TensorKind::activation || !info.producer.valid()) continue;
+        const auto it = find(live, t.value);
+        if (it != live.end()) count(*it);
+      }
+      return bytes;
+    };
     // The output.
     Live out{.tensor = op.output.value,
              .spec = ch.output,
@@ -235,6 +271,7 @@ class DpCore : public DpMerge {
       saved += out.bytes;
       out.saved = true;
     }
+    const std::int64_t forward_held = unsaved_bytes(out);
     // Drop what is dead after op k, then add the output if something reads it later.
     live.erase(std::remove_if(live.begin(), live.end(),
                               [&](const Live& l) {
@@ -249,29 +286,51 @@ class DpCore : public DpMerge {
       live.push_back(out);
       sort_live(live);
     }
-    d.open_temp = ch.temporaries + std::max(forward_moves, backward_moves);
+    // U_k (search/gradient_memory.hpp's ExcursionParts).
+    const OpGradientLayout& layout = m_.gradient_layout(k);
+    ExcursionParts u{.fixed = ch.zero_held};
+    for (const std::int32_t t : layout.across) {  // those in the state: a table's riders come later
+      const auto it = std::lower_bound(
+          state.live.begin(), state.live.end(), t,
+          [](const Live& l, std::int32_t x) { return l.tensor < x; });
+      if (it != state.live.end() && it->tensor == t) u.across += m_.local_bytes(TensorId{t}, it->spec);
+    }
+    u.forward = forward_held + forward_moves - forward_kept_copies +
+                (state.checkpoint && layout.counts_block_gradient ? state.checkpoint_input : 0);
+    u.backward =
+        ch.workspace + regathers + backward_moves + (layout.counts_dy ? ch.output_bytes : 0);
+    StaticVector<InputGradient, 3> grads;
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      grads.push_back({.bytes = ch.inputs[i].grad_bytes, .moved = grad_moved[i]});
+    }
+    for (const std::uint8_t i : layout.read_later) u.backward += stored_bytes[i];
+    u.backward += written_gradient_bytes(g_, m_.roots(), k, {grads.begin(), grads.size()},
+                                         m_.options().zero_stage);
+    d.open_temp = u.total();
     d.time += m * micro;
     if (state.checkpoint) {
       d.time += m * fwd;  // recomputed in backward
       d.open_saved = saved;
     } else {
       d.base += saved;
+      d.kept = saved;
     }
     if (m_.options().least_memory) d.time = 0;
-    if (m_.options().least_time) d.base = d.open_saved = d.open_temp = 0;
+    if (m_.options().least_time) d.base = d.kept = d.open_saved = d.open_temp = 0;
     return true;
   }
 
   // ---- groups ----
   TensorId block_input(std::int32_t gi) const { return group_input(g_, gi); }
 
-  // X_g of the open group: T_g, or max_k(A_≤k + T_k) − input for a checkpointed block.
+  // Closes the open group: a checkpointed block's candidates, max_k(A_≤k + U_k) and A, sit on
+  // what was kept before it (base less its input); an unchecked group's are in extra already.
   static Label close(const Label& l, const State& state) {
     Label n = l;
-    const std::int64_t x = state.checkpoint
-                               ? std::max(l.open_temp, l.open_saved) - state.checkpoint_input
-                               : l.open_temp;
-    n.extra = std::max(l.extra, x);
+    if (state.checkpoint) {
+      n.extra =
+          std::max(l.extra, std::max(l.open_temp, l.open_saved) - state.checkpoint_input);
+    }
     n.open_saved = 0;
     n.open_temp = 0;
     return n;
@@ -287,7 +346,7 @@ class DpCore : public DpMerge {
       for (const Label& l : labels) {
         Label n = close(l, state);
         n.trace = l.trace;
-        insert_label(dst, n);
+        insert_label(dst, n, persistent_matters());
       }
     }
     return out;

@@ -6,10 +6,11 @@
 // tensor (one with a consumer still to come) its stored spec and the identity, size and saved-flag
 // of its buffer, and whether the open block is checkpointed (decided when the block is entered). A
 // label (search/frontier.hpp) is a partial cost: time (recompute included), base (P and K so far,
-// plus A of an open unchecked group), extra (max X so far), and an open checkpointed block's A and
-// open group's T. The rest of the graph adds the same amounts to every label of a state, so a
-// label can be dropped when another of its state is no worse for every completion. That loses no
-// plan on the Pareto frontier of (time, base + extra): the DP is exact in its space. A label's
+// plus A of an open unchecked group) with its activations' part (kept), extra (the largest peak
+// candidate so far above base), and an open checkpointed block's A and largest A_≤k + U_k. The
+// rest of the graph changes every label of a state alike, so a label can be dropped when another
+// of its state is no worse for every completion. That loses no plan on the Pareto frontier of
+// (time, peak): the DP is exact in its space. A label's
 // trace records how it came to be (an op's choice, a block's checkpoint decision, a memoized run,
 // a class of chain blocks sharing a layout); unwind() turns it back into a strategy per op.
 #pragma once
@@ -134,6 +135,11 @@ class DpBase {
     TableScope& operator=(const TableScope&) = delete;
   };
 
+  // Whether labels compare their parameters' bytes too (frontier.hpp's dominates): in a
+  // least-memory DP, whose tables keep every P that may count when they are combined
+  // (dp_merge.hpp's design note).
+  [[nodiscard]] bool persistent_matters() const { return m_.options().least_memory; }
+
   void check_deadline() const {
     if (m_.options().deadline != std::chrono::steady_clock::time_point::max() &&
         std::chrono::steady_clock::now() > m_.options().deadline) {
@@ -185,14 +191,14 @@ class DpBase {
       for (const Label& l : labels) all.push_back(l);
     }
     std::sort(all.begin(), all.end(), [](const Label& a, const Label& b) {
-      const std::int64_t pa = a.base + a.extra, pb = b.base + b.extra;
+      const std::int64_t pa = peak_of(a), pb = peak_of(b);
       return a.time != b.time ? a.time < b.time : pa < pb;
     });
     DpResult r;
     r.labels_created = labels_created_;
     std::int64_t best_peak = std::numeric_limits<std::int64_t>::max();
     for (const Label& l : all) {
-      const std::int64_t peak = l.base + l.extra;
+      const std::int64_t peak = peak_of(l);
       r.trims = std::max<std::size_t>(r.trims, l.trims);
       if (peak >= best_peak || peak > m_.options().memory_budget) continue;
       best_peak = peak;

@@ -110,7 +110,8 @@ struct AssignmentCost {
   // beyond its source (the moved copy included).
   std::vector<std::int64_t> move_transient_by_op{};
   // The same apart: its forward moves' (a moved input kept for backward as the moved copy counts
-  // only what its move holds beyond the copy, which is saved), and its largest gradient move's.
+  // only what its move holds beyond the copy, which is saved), and its backward's: the inputs it
+  // regathers, held through it, and its largest gradient move's.
   std::vector<std::int64_t> forward_move_bytes_by_op{};
   std::vector<std::int64_t> backward_move_bytes_by_op{};
   // Op k's excursion parts (search/gradient_memory.hpp), in bytes: the gradients of the tensors
@@ -327,6 +328,7 @@ class AssignmentWalk {
     const auto saved = saved_tensors(g_, op);
     std::int64_t forward_moves = 0;
     std::int64_t forward_kept_copies = 0;  // moved copies kept for backward (saved)
+    std::int64_t regathers = 0;            // moved again before the backward, held through it
     std::int64_t backward_moves = 0;
     auto transient = [&](TensorId t, const ReshardPlan& plan, const ShardingSpec& to) {
       return std::max(local_bytes(t, to), plan.extra_memory_bytes);
@@ -370,6 +372,7 @@ class AssignmentWalk {
         } else if (local_bytes(t, have) < local_bytes(t, want)) {
           save(k, buffer_[t.index()].id, buffer_[t.index()].bytes);
           record_plan(k, t, CommRole::regather, Phase::backward, forward);
+          regathers += transient(t, forward, want);
         } else {
           save(k, next_buffer_++, local_bytes(t, want));
           forward_kept_copies += local_bytes(t, want);
@@ -378,7 +381,7 @@ class AssignmentWalk {
     }
     result_.move_transient_by_op[k] = std::max(forward_moves, backward_moves);
     result_.forward_move_bytes_by_op[k] = forward_moves - forward_kept_copies;
-    result_.backward_move_bytes_by_op[k] = backward_moves;
+    result_.backward_move_bytes_by_op[k] = regathers + backward_moves;
     for (const CollectiveCall& c : s.gradient_sync) {
       record(k, op.inputs[static_cast<std::size_t>(c.input)], CommRole::gradient_sync,
              Phase::backward, c.kind, c.axis, c.bytes);

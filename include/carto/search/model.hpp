@@ -56,6 +56,7 @@
 #include "carto/graph/graph.hpp"
 #include "carto/profile/op_cost.hpp"
 #include "carto/profile/options.hpp"
+#include "carto/search/gradient_memory.hpp"
 #include "carto/search/space.hpp"
 #include "carto/search/strategy.hpp"
 #include "carto/spec/layout.hpp"
@@ -121,6 +122,10 @@ struct DpResult {
   std::size_t labels_created = 0;   // work done, for benchmarks
   std::size_t segment_tables = 0;   // memoized segments computed (entry states over all segments)
   std::size_t chains = 0;           // block chains laid out with shared layouts (standard space)
+  // Combinations of labels with a memoized table whose labels were kept by base and top alone
+  // where an outer label's extra exceeded a table label's own candidates: there the frontier may
+  // miss a plan with fewer parameter bytes (search/dp_merge.hpp's design note). 0: exact.
+  std::size_t loose_merges = 0;
   // The most label sets combined with a tolerance on one path from the first op to the end: the
   // n of the (1 + ε)^n memory bound (0 when the tolerance is 0).
   std::size_t trims = 0;
@@ -220,6 +225,8 @@ class DpModel {
       }
     }
     graphs_.assign(nt, nullptr);
+    roots_ = gradient_roots(g);
+    layouts_ = gradient_layouts(g, roots_);
     const StrategyOptions sopt = strategy_options(options);
     // Ops with one signature and one filter (the ops of identical blocks) share their choices:
     // enumerated and priced once.
@@ -294,6 +301,7 @@ class DpModel {
         0;                   // without Partial (the gradient spec a parameter gets reduced to)
     std::uint32_t grad = 0;  // spec index of the gradient this op hands back
     bool saved = false;      // saved for backward (non-parameter)
+    std::int64_t grad_bytes = 0;  // that gradient's local bytes
   };
   struct Choice {
     std::size_t index = 0;  // in enumerate_strategies order
@@ -303,7 +311,9 @@ class DpModel {
     double forward_s = 0;  // compute + inside-op collectives of forward (recompute)
     double sync_s = 0;     // parameter-gradient reductions, once per step
     std::int64_t private_saved = 0;
-    std::int64_t temporaries = 0;
+    std::int64_t workspace = 0;     // the backward's own (Strategy::memory.workspace)
+    std::int64_t zero_held = 0;     // ZeRO-3's gathered parameters, a widened gradient reduction
+    std::int64_t output_bytes = 0;  // the output's local bytes (dY's)
     bool saves_output = false;
   };
 
@@ -315,6 +325,9 @@ class DpModel {
     return pool_[op_choices_[k]];
   }
   [[nodiscard]] std::int32_t last_use(TensorId t) const { return last_use_[t.index()]; }
+  // The gradient buffers' roots and op k's layout of them (search/gradient_memory.hpp).
+  [[nodiscard]] const GradientRoots& roots() const { return roots_; }
+  [[nodiscard]] const OpGradientLayout& gradient_layout(std::size_t k) const { return layouts_[k]; }
   [[nodiscard]] std::int32_t first_use(TensorId t) const { return first_use_[t.index()]; }
   // A lower bound on the persistent bytes the parameters first read at op k or later add to any
   // plan (k = num_ops: 0).
@@ -397,9 +410,11 @@ class DpModel {
       in.grad = spec_index(t, s.gradients[i]);
       in.saved = g_.tensor(t).kind != TensorKind::parameter &&
                  std::find(saved.begin(), saved.end(), t) != saved.end();
+      in.grad_bytes = g_.tensor(t).kind == TensorKind::index ? 0 : local_bytes(t, in.grad);
       c.inputs.push_back(in);
     }
     c.output = spec_index(op.output, s.sharding.output);
+    c.output_bytes = local_bytes(op.output, c.output);
     c.saves_output = std::find(saved.begin(), saved.end(), op.output) != saved.end();
     const StrategyTime t = strategy_time(s, mesh_, hw_);
     c.sync_s = collectives_time(s.gradient_sync, mesh_, hw_);
@@ -408,8 +423,9 @@ class DpModel {
                 (t.comm_backward_s - c.sync_s);
     c.private_saved = s.cost.private_saved_bytes;
     // ZeRO-3 gathers the op's parameters for the time it runs; a widened gradient reduction.
-    c.temporaries = s.memory.temporaries + zero_transient_bytes(g_, s, mesh_, options_.zero_stage,
-                                                                strategy_options(options_));
+    c.workspace = s.memory.workspace;
+    c.zero_held =
+        zero_transient_bytes(g_, s, mesh_, options_.zero_stage, strategy_options(options_));
     return c;
   }
 
@@ -419,6 +435,8 @@ class DpModel {
   DpOptions options_;
   std::vector<std::int32_t> last_use_;
   std::vector<std::int32_t> first_use_;
+  GradientRoots roots_;
+  std::vector<OpGradientLayout> layouts_;
   std::vector<std::vector<std::int32_t>> uses_;  // per tensor: the ops that read it, increasing
   std::vector<std::vector<Choice>> pool_;        // the distinct choice lists
   std::vector<std::size_t> op_choices_;          // per op: its list in pool_

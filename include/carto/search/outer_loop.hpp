@@ -147,23 +147,26 @@ inline std::chrono::steady_clock::time_point search_deadline(
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
 }
 
-// The ZeRO stages whose DPs are run for `stages`. Stages 0, 1 and 2 differ only in the persistent
-// bytes of a parameter (optimizer states, then gradients, sharded over its replicas, rounded up,
-// so never more), not in time or in any other memory: every plan under stage 0 or 1 takes the
-// same time and at least the memory of the same plan under stage 2. So the highest of 0-2 present
-// stands for the three (its frontier is the frontier of the three) and stage 3 (which adds
-// gathers) is run on its own.
+// The ZeRO stages whose DPs are run for `stages`. Stages 0 and 1 differ only in the persistent
+// bytes of a parameter (its optimizer states sharded over its replicas, rounded up, so never
+// more), not in time or in any other memory: every plan under stage 0 takes the same time and at
+// least the memory of the same plan under stage 1, so the higher of 0-1 present stands for both.
+// Stage 2 also shards the gradients, but holds each op's parameter gradients whole while that
+// op's backward reduces them (search/gradient_memory.hpp): a plan whose peak lies at such an op
+// (a replicated embedding or head under tensor parallelism, say) can need more memory under
+// stage 2 than under stage 1, so both run, as does stage 3 (which adds gathers).
 inline std::vector<int> zero_stages_to_run(const std::vector<int>& stages) {
   std::vector<int> out;
-  int top = -1;
+  int low = -1;
   for (const int z : stages) {
-    if (z >= 0 && z <= 2) {
-      top = std::max(top, z);
+    if (z == 0 || z == 1) {
+      low = std::max(low, z);
     } else if (std::find(out.begin(), out.end(), z) == out.end()) {
-      out.push_back(z);  // 3, or a stage the DP rejects by name
+      out.push_back(z);  // 2, 3, or a stage the DP rejects by name
     }
   }
-  if (top >= 0) out.insert(out.begin(), top);
+  std::sort(out.begin(), out.end());
+  if (low >= 0) out.insert(out.begin(), low);
   return out;
 }
 

@@ -136,7 +136,7 @@ TEST_CASE("the report of a tiny GPT's plan", "[tools][report]") {
     REQUIRE(data.memory[g.num_ops() - 1].activations ==
             plan.memory_breakdown.at("kept_activations"));
     REQUIRE(data.memory.back().activations >= 0);
-    REQUIRE(data.timeline_peak <= data.cost_peak);
+    REQUIRE(data.timeline_peak == data.cost_peak);  // the schedule the cost model prices
     REQUIRE(data.timeline_peak >= plan.memory_breakdown.at("persistent_states") +
                                       plan.memory_breakdown.at("kept_activations"));
     double compute = 0;

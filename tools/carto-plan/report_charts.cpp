@@ -102,7 +102,7 @@ void memory_section(std::string& page, const ReportInput& in, const ReportData& 
           escape(format_bytes(data.parameter_bytes)) + " parameters, " +
           escape(format_bytes(data.gradient_bytes)) + " gradients, " +
           escape(format_bytes(data.optimizer_bytes)) + " optimizer states. Peak of the schedule " +
-          escape(format_bytes(data.timeline_peak)) + "; the cost model's peak (its bound) " +
+          escape(format_bytes(data.timeline_peak)) + "; the cost model's peak " +
           escape(format_bytes(data.cost_peak)) + "; budget " +
           escape(format_bytes(in.memory_budget)) + ".</p>\n";
   page += legend({"parameters", "gradients", "optimizer states", "saved activations", "temporaries",

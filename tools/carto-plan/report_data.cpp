@@ -1,17 +1,18 @@
 // The figures of the HTML report, re-derived from a plan's choices and its graph (see report.hpp).
 //
-// Design note on the memory timeline. The cost model (search/price.hpp evaluate_point) prices the
-// peak as persistent states + every kept activation + the largest excursion of any group — a bound
-// that needs no schedule. The report draws the schedule itself, from the same inputs: the forward
-// pass runs the groups in order and each op adds saved_by_op (evaluate_assignment) to what its
-// group holds; a group's temporaries while op k runs are the strategy's workspace plus its ZeRO
-// transient (zero_transient_bytes), and its communication buffers are move_transient_by_op[k]. At
-// a group's end it keeps all it saved, or, when checkpointed, only its input (stored in its
-// producer's output spec). Backward runs the groups in reverse: a checkpointed group first reruns
-// its forward, then each op's backward runs with what its group saved up to it still held
-// (evaluate_point's A_<=k). One micro-batch's pass is drawn; the persistent states stay throughout.
-// The timeline's peak is therefore at most the cost model's, and equal when the largest excursion
-// falls in the last group of the forward pass.
+// Design note on the memory timeline. It draws the schedule the cost model prices
+// (search/price.hpp evaluate_point, search/gradient_memory.hpp), from the same inputs: the
+// forward pass runs the groups in order and each op adds saved_by_op (evaluate_assignment) to
+// what its group holds; while op k runs, its temporaries are the gradients live across it, the
+// buffers it holds that no op saved (in a checkpointed block's recompute also the gradient of the
+// block's output) and ZeRO-3's gathered parameters, and its communication buffers are its forward
+// moves' copies. At a group's end it keeps all it saved, or, when checkpointed, only its input
+// (stored in its producer's output spec). Backward runs the groups in reverse: a checkpointed
+// group first reruns its forward, then each op's backward runs with what its group saved up to it
+// still held and its backward part as temporaries (workspace, the gradients it adds into, dY, the
+// gradients it writes; its parameters' at ZeRO stages 2-3) beside its regathers and gradient
+// moves. One micro-batch's pass is drawn; the persistent states stay throughout. The timeline's
+// peak is the cost model's.
 #include <carto/search.hpp>
 #include <map>
 #include <string>
@@ -199,16 +200,8 @@ ReportData build_report_data(const ReportInput& input) {
 
   // ---- the timeline (see the design note)
   const std::int64_t persistent = cost.persistent_bytes;
+  const std::vector<OpGradientLayout> layouts = gradient_layouts(g, gradient_roots(g));
   std::int64_t kept = 0;
-  auto temp_of = [&](std::size_t k) {
-    return chosen[k].memory.temporaries +
-           zero_transient_bytes(g, chosen[k], mesh, plan.zero_stage, sopt);
-  };
-  auto add = [&](const std::string& phase, std::size_t gi, std::int64_t held, std::size_t k) {
-    out.memory.push_back({phase + " " + plan.ops[k].name, persistent, kept + held, temp_of(k),
-                          a.move_transient_by_op[k]});
-    (void)gi;
-  };
   auto input_bytes = [&](std::size_t gi) -> std::int64_t {
     const TensorId x = detail::group_input(g, static_cast<std::int32_t>(gi));
     if (!x.valid()) return 0;
@@ -216,11 +209,20 @@ ReportData build_report_data(const ReportInput& input) {
     const ShardingSpec& spec = chosen[info.producer.index()].sharding.output;
     return local_shape(info.shape, spec, mesh).numel() * element_bytes(info);
   };
+  // In a recompute, the block output's gradient (evaluate_point's block_gradient) is held too.
+  auto excursion = [&](std::size_t gi, std::size_t k, bool recompute) {
+    const std::int64_t block_gradient =
+        recompute && layouts[k].counts_block_gradient ? input_bytes(gi) : 0;
+    return op_excursion(g, mesh, dp, chosen[k], a, k, block_gradient);
+  };
   auto forward = [&](std::size_t gi, const std::string& phase) {
     std::int64_t held = 0;
     for (std::int32_t k = groups[gi].first_op; k < groups[gi].end_op; ++k) {
-      held += a.saved_by_op[static_cast<std::size_t>(k)];
-      add(phase, gi, held, static_cast<std::size_t>(k));
+      const auto kk = static_cast<std::size_t>(k);
+      held += a.saved_by_op[kk];
+      const OpExcursion u = excursion(gi, kk, phase == "recompute");
+      out.memory.push_back({phase + " " + plan.ops[kk].name, persistent, kept + held,
+                            u.across + u.forward + u.zero, u.forward_moves});
     }
     return held;
   };
@@ -239,8 +241,11 @@ ReportData build_report_data(const ReportInput& input) {
       kept -= held;
     }
     for (std::int32_t k = groups[gi].end_op; k-- > groups[gi].first_op;) {
-      add("backward", gi, held, static_cast<std::size_t>(k));
-      held -= a.saved_by_op[static_cast<std::size_t>(k)];
+      const auto kk = static_cast<std::size_t>(k);
+      const OpExcursion u = excursion(gi, kk, false);
+      out.memory.push_back({"backward " + plan.ops[kk].name, persistent, kept + held,
+                            u.across + u.backward + u.zero, u.backward_moves});
+      held -= a.saved_by_op[kk];
     }
   }
   for (const MemoryPoint& p : out.memory)

@@ -136,9 +136,11 @@ class DpBase {
   };
 
   // Whether labels compare their parameters' bytes too (frontier.hpp's dominates): in a
-  // least-memory DP, whose tables keep every P that may count when they are combined
-  // (dp_merge.hpp's design note).
-  [[nodiscard]] bool persistent_matters() const { return m_.options().least_memory; }
+  // least-memory DP or with DpOptions::exact_tables, whose tables keep every P that may count when
+  // they are combined (dp_merge.hpp's design note).
+  [[nodiscard]] bool persistent_matters() const {
+    return m_.options().least_memory || m_.options().exact_tables;
+  }
 
   void check_deadline() const {
     if (m_.options().deadline != std::chrono::steady_clock::time_point::max() &&

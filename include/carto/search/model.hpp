@@ -99,6 +99,14 @@ struct DpOptions {
   bool least_time = false;
   // Past this point in time the DP stops with a carto::Error (a caller's limit on search time).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Memoized tables keep their labels by parameter bytes too (search/dp_merge.hpp's design note):
+  // the frontier is then exact in its space whatever the earlier excursions, at many times the
+  // cost (a GPT-2 350M search on 8 devices: 160x). Without it a table keeps labels by base and top
+  // alone, and DpResult::loose_merges counts where that can miss a plan with fewer parameter bytes
+  // (on a 2-block GPT of hidden 32 and vocabulary 64, at most 1.7 % more memory at the same time;
+  // none on the wider-vocabulary GPT and the Llama models measured). A least-memory DP always
+  // keeps them exact.
+  bool exact_tables = false;
 };
 
 // The strategy options a DP's options imply.
@@ -124,7 +132,8 @@ struct DpResult {
   std::size_t chains = 0;           // block chains laid out with shared layouts (standard space)
   // Combinations of labels with a memoized table whose labels were kept by base and top alone
   // where an outer label's extra exceeded a table label's own candidates: there the frontier may
-  // miss a plan with fewer parameter bytes (search/dp_merge.hpp's design note). 0: exact.
+  // miss a plan with fewer parameter bytes (search/dp_merge.hpp's design note; DpOptions::
+  // exact_tables). 0: the frontier is exact in its space.
   std::size_t loose_merges = 0;
   // The most label sets combined with a tolerance on one path from the first op to the end: the
   // n of the (1 + ε)^n memory bound (0 when the tolerance is 0).

@@ -439,13 +439,22 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
       // ZeRO-3 adds parameter gathers to every plan of stage 2 and changes nothing else in time,
       // so a stage-0-2 configuration's bound bounds the stage-3 one of its mesh and micro-batch
       // count; the stage-3 configuration's own bound is computed only if that one is not enough.
+      // Stages 0-2 take the same time for every plan: one least-time DP serves them all.
       for (Config& c : configs) {
         if (c.parameters > budget) {  // no plan fits: never searched
           c.bound = std::numeric_limits<double>::infinity();
           continue;
         }
         if (c.zero == 3 && lower_stage(c) != nullptr) continue;
-        c.bound = least_time(c);
+        const auto same_time = std::find_if(configs.begin(), configs.end(), [&](const Config& o) {
+          return &o != &c && o.zero < 3 && c.zero < 3 && o.graph == c.graph && o.mesh == c.mesh &&
+                 o.exact_bound;
+        });
+        if (same_time != configs.end()) {
+          c.bound = same_time->bound;
+        } else {
+          c.bound = least_time(c);
+        }
         c.exact_bound = true;
       }
       for (Config& c : configs) {

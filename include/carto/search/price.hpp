@@ -37,25 +37,39 @@ struct PointCost {
   double optimizer_s = 0;             // the optimizer step (part of time_s)
 };
 
-// U_k, op k's excursion above the activations kept when it runs (search/gradient_memory.hpp's
-// ExcursionParts): the gradients of the tensors live across it; the larger of its forward part
-// (the buffers it holds that no op saved; in a checkpointed block's recompute, the gradient of the
-// block's output, counted as the size of the block's input — the residual stream's —
-// `block_gradient`) and its backward part (workspace, the gradients it adds into, dY, those it
-// writes; its parameters' at ZeRO stages 2-3); then ZeRO-3's gathered parameters and its moves'
-// copies.
-inline std::int64_t op_excursion(const Graph& g, const DeviceMesh& mesh, const DpOptions& options,
-                                 const Strategy& s, const AssignmentCost& cost, std::size_t k,
-                                 std::int64_t block_gradient) {
-  const ExcursionParts u{
-      .across = cost.across_gradient_bytes_by_op[k],
-      .forward =
-          cost.forward_live_by_op[k] + block_gradient + cost.forward_move_bytes_by_op[k],
-      .backward = s.memory.workspace + cost.gradient_bytes_by_op[k] +
-                  (options.zero_stage >= 2 ? cost.parameter_gradient_bytes_by_op[k] : 0) +
-                  cost.backward_move_bytes_by_op[k],
-      .fixed = zero_transient_bytes(g, s, mesh, options.zero_stage, strategy_options(options))};
-  return u.total();
+// U_k, op k's excursion above the activations kept when it runs, in its parts: the gradients of
+// the tensors live across it; its forward part (the buffers it holds that no op saved; in a
+// checkpointed block's recompute, the gradient of the block's output, counted as the size of the
+// block's input — the residual stream's — `block_gradient`) with its forward moves' copies; its
+// backward part (workspace, the gradients it adds into, dY, those it writes; its parameters' at
+// ZeRO stages 2-3) with its regathers and gradient moves; ZeRO-3's gathered parameters in both.
+// U_k = across + max(forward + forward moves, backward + backward moves) + zero
+// (search/gradient_memory.hpp's ExcursionParts).
+struct OpExcursion {
+  std::int64_t across = 0;
+  std::int64_t forward = 0;
+  std::int64_t forward_moves = 0;
+  std::int64_t backward = 0;
+  std::int64_t backward_moves = 0;
+  std::int64_t zero = 0;
+  [[nodiscard]] std::int64_t total() const {
+    return ExcursionParts{.across = across,
+                          .forward = forward + forward_moves,
+                          .backward = backward + backward_moves,
+                          .fixed = zero}
+        .total();
+  }
+};
+inline OpExcursion op_excursion(const Graph& g, const DeviceMesh& mesh, const DpOptions& options,
+                                const Strategy& s, const AssignmentCost& cost, std::size_t k,
+                                std::int64_t block_gradient) {
+  return {.across = cost.across_gradient_bytes_by_op[k],
+          .forward = cost.forward_live_by_op[k] + block_gradient,
+          .forward_moves = cost.forward_move_bytes_by_op[k],
+          .backward = s.memory.workspace + cost.gradient_bytes_by_op[k] +
+                      (options.zero_stage >= 2 ? cost.parameter_gradient_bytes_by_op[k] : 0),
+          .backward_moves = cost.backward_move_bytes_by_op[k],
+          .zero = zero_transient_bytes(g, s, mesh, options.zero_stage, strategy_options(options))};
 }
 
 // The cost of one complete choice: `chosen[k]` is op k's strategy; `cache` keeps the reshard
@@ -123,8 +137,9 @@ inline PointCost evaluate_point(const Graph& g, const DeviceMesh& mesh, const Ha
       held += cost.saved_by_op[kk];
       const std::int64_t block_gradient =
           ckpt && layouts[kk].counts_block_gradient ? input_bytes : 0;
-      peak = std::max(peak,
-                      held + op_excursion(g, mesh, options, chosen[kk], cost, kk, block_gradient));
+      peak = std::max(
+          peak,
+          held + op_excursion(g, mesh, options, chosen[kk], cost, kk, block_gradient).total());
     }
     top = std::max(top, kept + std::max(peak, gc.saved_bytes));
     if (ckpt) {

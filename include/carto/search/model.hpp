@@ -16,20 +16,23 @@
 // its ops) in backward.
 //
 // Memory per device (the schedule model of DESIGN.md §5, the same one search/price.hpp uses):
-//   peak = P + Σ_g K_g + max(0, max_g X_g)
+//   peak = P + max(Σ_g K_g, max_g (K_<g + Y_g)),  Y_g = max over g's ops k of (A_g,≤k + U_k)
 // P: parameters, gradients and AdamW states of every parameter in its stored spec, persistent for
 // the whole step; ZeRO shards them over the N devices that hold the same parameter slice (the
 // parameter's data-parallel group): stage 1 the optimizer states, stage 2 also the gradients, stage
 // 3 also the parameters (each gathered in forward and again in backward: ZeRO-3's all-gathers).
 // K_g: what group g keeps from its forward to its backward: its saved activations A_g, or only its
-// input's buffer if it is a checkpointed block. X_g: what g adds on top while it runs: the largest
-// excursion T_g of one of its ops (search/strategy.hpp: the buffers its backward writes and its
-// workspace, a transient Partial output, under ZeRO-3 its gathered parameters, and the copies its
-// moves make), or, for a checkpointed block, its rematerialized activations with the excursion of
-// the op running: max_k(A_≤k + T_k) − its input, A_≤k what the block's ops up to k save (in
-// backward, op k runs after the later ops freed theirs). All groups' K are held at the start of
-// backward, where the peak of a training step lies (Korthikanti et al. 2022 §4 take the same
-// point); X_g is the largest excursion above it.
+// input's buffer if it is a checkpointed block. In backward the groups after g have freed theirs
+// when g runs, and op k of g runs with what g's ops up to k saved (A_g,≤k; recomputed, in a
+// checkpointed block), those of later ops freed. U_k is what op k adds while it runs
+// (search/gradient_memory.hpp): the gradients of the activations live across it (one buffer per
+// root: the residual stream's gradient is one buffer), then the larger of its forward part (its
+// inputs and output that no op saved, its forward moves' copies; in a recompute the block
+// output's gradient, the size of the block's input) and its backward part (its workspace, the
+// gradients it adds into, dY unless handed on, the input gradients it writes — a parameter's only
+// at ZeRO 2-3 —, its regathers and gradient moves), plus ZeRO-3's gathered parameters. The DP
+// adds A and U op by op (search/dp_core.hpp), so what an op keeps lowers the candidates before it
+// (frontier.hpp's Label).
 //
 // DpModel computes per op the choices the space allows (search/space.hpp: the pins' subset, in the
 // standard space also in mesh order) with their times, saved bytes and temporaries, once; per

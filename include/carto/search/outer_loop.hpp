@@ -17,9 +17,10 @@
 // No plan fits: a carto::Error that states the least memory any plan needs and which plan that is
 // (the least of those DPs, run also for the configurations not yet tried, in increasing
 // parameter bytes until those alone reach the least found). Two reductions keep that exact while
-// running fewer DPs: of ZeRO stages 0-2 only the highest listed is searched (the others take the
-// same time with no less memory; the chosen plan is then reported under the lowest listed stage it
-// fits at), and of meshes that differ only by a renaming of axes with the same size and link, only
+// running fewer DPs: of ZeRO stages 0-1 only the higher listed is searched (stage 0 takes the same
+// time with no less memory; the chosen plan is then reported under the lowest listed stage of 0-2
+// it fits at as fast), stages 2 and 3 on their own, and of meshes that differ only by a renaming of
+// axes with the same size and link, only
 // the first (detail::mesh_cost_class; in the standard space the renaming must keep the axes' order,
 // as its specs do).
 #pragma once

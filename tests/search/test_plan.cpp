@@ -374,39 +374,66 @@ TEST_CASE("skipping ZeRO stage 0 and equivalent meshes loses no frontier point",
 TEST_CASE("time bounds skip configurations and keep the fastest plan that fits", "[search][plan]") {
   // A configuration is skipped when its least time (memory ignored) is no less than the best
   // plan found so far: the best plan under any budget is the one every configuration gives.
+  // Under every set of ZeRO stages: stage 0 runs AdamW on more elements than stages 1-2, so its
+  // least time bounds neither theirs nor stage 3's.
   const HardwareProfile hw = cluster(2, 8);
-  SearchOptions all;
-  all.micro_batches = {1, 2, 4};
-  all.max_mesh_axes = 3;
-  all.time_bounds = false;
-  const Plan every = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, all);
-  REQUIRE(every.configurations_searched == every.configurations);
-  SearchOptions bounded = all;
-  bounded.time_bounds = true;
   std::int64_t skipped = 0;
-  for (std::size_t i = 0; i < every.frontier.size();
-       i += std::max<std::size_t>(1, every.frontier.size() / 6)) {
-    INFO("budget " << every.frontier[i].peak_bytes);
-    all.memory_budget = bounded.memory_budget = every.frontier[i].peak_bytes;
-    const Plan reference = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, all);
-    const Plan p = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, bounded);
-    REQUIRE(p.step_time_s == Approx(reference.step_time_s).epsilon(1e-9));
-    REQUIRE(p.step_time_s == Approx(every.frontier[i].time_s).epsilon(1e-9));
-    REQUIRE(p.peak_memory_bytes <= bounded.memory_budget);
-    REQUIRE(p.configurations == reference.configurations);
-    skipped += p.configurations - p.configurations_searched;
-    // What it reports fits, starts with the plan returned, and is matched or beaten by the whole
-    // frontier of what fits (a configuration skipped may hold a point that beats a slower one).
-    REQUIRE(p.frontier.front().time_s == Approx(p.step_time_s).epsilon(1e-9));
-    for (const FrontierPoint& f : p.frontier) {
-      REQUIRE(f.peak_bytes <= bounded.memory_budget);
-      REQUIRE(std::any_of(
-          reference.frontier.begin(), reference.frontier.end(), [&](const FrontierPoint& q) {
-            return q.time_s <= f.time_s * (1 + 1e-9) && q.peak_bytes <= f.peak_bytes;
-          }));
+  for (const std::vector<int>& stages :
+       {std::vector<int>{0, 1, 2, 3}, {0, 2}, {0, 3}, {0, 2, 3}, {1, 3}}) {
+    INFO("ZeRO stages " << stages.front() << ".." << stages.back() << " (" << stages.size()
+                        << " of them)");
+    SearchOptions all;
+    all.micro_batches = {1, 2, 4};
+    all.max_mesh_axes = 3;
+    all.zero_stages = stages;
+    all.time_bounds = false;
+    const Plan every = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, all);
+    REQUIRE(every.configurations_searched == every.configurations);
+    SearchOptions bounded = all;
+    bounded.time_bounds = true;
+    for (std::size_t i = 0; i < every.frontier.size();
+         i += std::max<std::size_t>(1, every.frontier.size() / 6)) {
+      INFO("budget " << every.frontier[i].peak_bytes);
+      all.memory_budget = bounded.memory_budget = every.frontier[i].peak_bytes;
+      const Plan reference = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, all);
+      const Plan p = search(mlp_blocks, "blocks", kMlpBatch, 8, hw, bounded);
+      REQUIRE(p.step_time_s == Approx(reference.step_time_s).epsilon(1e-9));
+      REQUIRE(p.step_time_s == Approx(every.frontier[i].time_s).epsilon(1e-9));
+      REQUIRE(p.peak_memory_bytes <= bounded.memory_budget);
+      REQUIRE(p.configurations == reference.configurations);
+      skipped += p.configurations - p.configurations_searched;
+      // What it reports fits, starts with the plan returned, and is matched or beaten by the
+      // whole frontier of what fits (a configuration skipped may hold a point that beats a
+      // slower one).
+      REQUIRE(p.frontier.front().time_s == Approx(p.step_time_s).epsilon(1e-9));
+      for (const FrontierPoint& f : p.frontier) {
+        REQUIRE(f.peak_bytes <= bounded.memory_budget);
+        REQUIRE(std::any_of(
+            reference.frontier.begin(), reference.frontier.end(), [&](const FrontierPoint& q) {
+              return q.time_s <= f.time_s * (1 + 1e-9) && q.peak_bytes <= f.peak_bytes;
+            }));
+      }
     }
   }
   REQUIRE(skipped > 0);  // the bounds really skip configurations
+  // A GPT whose AdamW time tells stage 0 from stage 2 (carto-plan --zero 0,2 once returned the
+  // stage-0 plan: stage 2 had been given stage 0's least time as its bound and was skipped).
+  const HardwareProfile h100 = find_hardware_profile("h100");
+  const GptConfig gpt{
+      .name = "gpt", .layers = 2, .hidden = 256, .heads = 8, .vocab = 1024, .seq = 128};
+  auto gpt_graph = [&](std::int64_t b) { return build_gpt(gpt, {.batch = b}); };
+  for (const std::vector<int>& stages : {std::vector<int>{0, 2}, {0, 3}}) {
+    INFO("ZeRO stages " << stages.front() << " and " << stages.back());
+    SearchOptions options;
+    options.max_mesh_axes = 1;
+    options.zero_stages = stages;
+    options.time_bounds = false;
+    const Plan reference = search(gpt_graph, "gpt", 8, 8, h100, options);
+    options.time_bounds = true;
+    const Plan p = search(gpt_graph, "gpt", 8, 8, h100, options);
+    REQUIRE(p.step_time_s == Approx(reference.step_time_s).epsilon(1e-9));
+    REQUIRE(p.zero_stage == reference.zero_stage);
+  }
 }
 
 TEST_CASE("the standard space keeps axes in mesh order and is covered by the full space",

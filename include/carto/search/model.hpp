@@ -198,10 +198,11 @@ inline double optimizer_time(std::int64_t elements, std::int64_t element_size, P
   const std::int64_t share = (elements + replicas - 1) / replicas;
   const std::int64_t per_element = precision == Precision::mixed_bf16 ? 32 : 28;
   // The all-gather of the updated chunks at stages 1-2 is not added here: search()'s outer loop
-  // runs only stage 2 of stages 0-2 on the premise that stage 2 is never slower than 0 and 1
-  // (test_plan checks the frontier it keeps against every stage), and that premise holds only
-  // while stages 1-2 are priced as reducing the gradients as stage 0 does. Pricing the regather
-  // needs the stages' gradient reductions priced apart first.
+  // runs stage 1 for stages 0-1 on the premise that stage 1 is never slower than 0, and one
+  // least-time DP for stages 1 and 2 on the premise that they take the same time (test_plan
+  // checks both against every stage); those hold only while stages 1-2 are priced as reducing
+  // the gradients as stage 0 does. Pricing the regather needs the stages' gradient reductions
+  // priced apart first.
   (void)element_size;
   (void)stored;
   (void)mesh;

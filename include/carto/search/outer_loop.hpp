@@ -148,10 +148,10 @@ inline std::chrono::steady_clock::time_point search_deadline(
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s));
 }
 
-// The ZeRO stages whose DPs are run for `stages`. Stages 0 and 1 differ only in the persistent
-// bytes of a parameter (its optimizer states sharded over its replicas, rounded up, so never
-// more), not in time or in any other memory: every plan under stage 0 takes the same time and at
-// least the memory of the same plan under stage 1, so the higher of 0-1 present stands for both.
+// The ZeRO stages whose DPs are run for `stages`. Stages 0 and 1 differ only in a parameter's
+// optimizer states (sharded over its replicas at stage 1, rounded up, so never more) and in
+// AdamW's time (stage 1 updates that shard only): every plan under stage 0 takes at least the
+// time and the memory of the same plan under stage 1, so the higher of 0-1 present stands for both.
 // Stage 2 also shards the gradients, but holds each op's parameter gradients whole while that
 // op's backward reduces them (search/gradient_memory.hpp): a plan whose peak lies at such an op
 // (a replicated embedding or head under tensor parallelism, say) can need more memory under
@@ -402,10 +402,14 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
     const DpResult r = run_dp(c, dp, SearchEvent::Kind::least_time);
     return r.frontier.empty() ? std::numeric_limits<double>::infinity() : r.frontier.front().time_s;
   };
-  // The stage-0-2 configuration of c's mesh and micro-batch count whose plans can fit, if any.
+  // Stages 1 and 2 price every plan at the same time (the same AdamW shard, the gradients reduced
+  // as stage 0 does), and stage 3 adds gathers to it; stage 0's AdamW runs on every replica's
+  // elements, so its least time bounds neither.
+  auto same_time_stage = [](int zero) { return zero == 1 || zero == 2; };
+  // The stage-1-2 configuration of c's mesh and micro-batch count whose plans can fit, if any.
   auto lower_stage = [&](const Config& c) -> const Config* {
     for (const Config& o : configs) {
-      if (o.zero < 3 && o.graph == c.graph && o.mesh == c.mesh &&
+      if (same_time_stage(o.zero) && o.graph == c.graph && o.mesh == c.mesh &&
           o.parameters <= options.memory_budget)
         return &o;
     }
@@ -438,9 +442,9 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
   auto sweep = [&](std::int64_t budget) {
     if (options.time_bounds) {
       // ZeRO-3 adds parameter gathers to every plan of stage 2 and changes nothing else in time,
-      // so a stage-0-2 configuration's bound bounds the stage-3 one of its mesh and micro-batch
+      // so a stage-1-2 configuration's bound bounds the stage-3 one of its mesh and micro-batch
       // count; the stage-3 configuration's own bound is computed only if that one is not enough.
-      // Stages 0-2 take the same time for every plan: one least-time DP serves them all.
+      // Stages 1 and 2 take the same time for every plan: one least-time DP serves both.
       for (Config& c : configs) {
         if (c.parameters > budget) {  // no plan fits: never searched
           c.bound = std::numeric_limits<double>::infinity();
@@ -448,8 +452,8 @@ Plan search(MakeGraph&& make_graph, std::string_view model, std::int64_t global_
         }
         if (c.zero == 3 && lower_stage(c) != nullptr) continue;
         const auto same_time = std::find_if(configs.begin(), configs.end(), [&](const Config& o) {
-          return &o != &c && o.zero < 3 && c.zero < 3 && o.graph == c.graph && o.mesh == c.mesh &&
-                 o.exact_bound;
+          return &o != &c && same_time_stage(o.zero) && same_time_stage(c.zero) &&
+                 o.graph == c.graph && o.mesh == c.mesh && o.exact_bound;
         });
         if (same_time != configs.end()) {
           c.bound = same_time->bound;

@@ -313,8 +313,7 @@ TEST_CASE("SearchOptions::meshes fixes the logical mesh", "[search][plan]") {
                           Catch::Contains("the search is for 2 devices"));
 }
 
-TEST_CASE("skipping ZeRO stage 0 and equivalent meshes loses no frontier point",
-          "[search][plan]") {
+TEST_CASE("skipping ZeRO stage 0 and equivalent meshes loses no frontier point", "[search][plan]") {
   // A node per device: every axis of 8 devices crosses the network, so x=2,y=4 and x=4,y=2 are
   // one cost class; search() runs one of them, and of ZeRO stages 0-1 only stage 1. The
   // reference runs the DP for every mesh, stage and micro-batch count and merges the frontiers,

@@ -310,10 +310,10 @@ class DpModel {
 
   struct Input {
     std::uint32_t want = 0;  // spec index of the input spec
-    std::uint32_t want_plain =
-        0;                   // without Partial (the gradient spec a parameter gets reduced to)
-    std::uint32_t grad = 0;  // spec index of the gradient this op hands back
-    bool saved = false;      // saved for backward (non-parameter)
+    // want without Partial (the gradient spec a parameter gets reduced to)
+    std::uint32_t want_plain = 0;
+    std::uint32_t grad = 0;       // spec index of the gradient this op hands back
+    bool saved = false;           // saved for backward (non-parameter)
     std::int64_t grad_bytes = 0;  // that gradient's local bytes
   };
   struct Choice {

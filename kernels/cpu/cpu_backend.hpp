@@ -16,7 +16,14 @@
 // each CpuBackend constructed or destroyed sets it to the smallest threads() of the CpuBackends
 // then alive, and blas_threads() reads it back: a lone rank gets every core, two thread ranks on
 // two cores one each, and ranks with different counts never oversubscribe. That overrides
-// OPENBLAS_NUM_THREADS, as the thread count of a rank is CARTO_CPU_THREADS's to say. Fused
+// OPENBLAS_NUM_THREADS, as the thread count of a rank is CARTO_CPU_THREADS's to say. After each
+// GEMM, OpenBLAS's own idle threads call sched_yield in a loop for 2^28 TSC ticks (about 0.1 s)
+// before they sleep, so during the loop kernels between two GEMMs they take turns on the cores
+// with the team's threads (GPT-2 124M on one rank with 2 threads: about 2,900 involuntary context
+// switches per step, 2-3 % of the step). OpenBLAS reads OPENBLAS_THREAD_TIMEOUT (n: 2^n ticks)
+// from the environment once, while the program loads, so no library call can change it: a
+// process with a rank of several threads runs faster with OPENBLAS_THREAD_TIMEOUT=13 (about 3
+// us) set before it starts; ranks of one thread each have no idle OpenBLAS threads. Fused
 // attention runs its products as such GEMMs too, a block of query rows at a time (small GEMMs,
 // which OpenBLAS runs on the calling thread). The other kernels are fp32 loops the compiler
 // vectorizes at the baseline ISA, with no -march flag (vector_math.hpp): the reductions that decide

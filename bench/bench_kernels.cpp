@@ -1,4 +1,5 @@
-// The CPU backend's kernels on one thread (one rank): OpenBLAS sgemm GFLOP/s at the demo's sizes,
+// The CPU backend's kernels on one rank with its default threads (every core; CARTO_CPU_THREADS=1
+// for one): OpenBLAS sgemm GFLOP/s at the demo's sizes,
 // and GB/s of every other kernel (layernorm, softmax, fused attention, GELU, dropout, the
 // elementwise ones, cross-entropy, AdamW, strided copies) at GPT-2 small's activation sizes
 // (1024 tokens of 768, MLP 3072). Each benchmark prints the FLOPs and bytes it counts per call and
@@ -12,9 +13,13 @@
 // arithmetic than their counts, and sit above the roofline by that much.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <carto/cost/hardware.hpp>
+#include <chrono>
 #include <cpu/cpu_backend.hpp>
 #include <cstdint>
+#include <limits>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -319,6 +324,79 @@ void BM_AdamW(benchmark::State& state) {
           [&] { backend.adamw_update(p.view, g.view, m.view, v.view, {}); });
 }
 BENCHMARK(BM_AdamW)->Arg(1 << 22)->Unit(benchmark::kMicrosecond);
+
+// adamw_update_all over GPT-2 124M's parameter count in four shards, on the backend's default
+// threads (every core of a lone rank), against a plain loop of the same traffic measured in the
+// same run: read param, grad, m and v, write param, m and v, one multiply-add per stream and no
+// division or square root, on as many std::threads. At these sizes nothing stays in cache, so the
+// loop is the memory's speed for AdamW's 28 bytes per parameter: adamw/stream near 1 means AdamW
+// is bound by memory, not arithmetic, and a faster optimizer must move fewer bytes.
+void BM_AdamWAllAgainstStream(benchmark::State& state) {
+  constexpr std::int64_t kParams = 124'439'808;  // GPT-2 124M (hidden 768, 12 layers, 50257 tokens)
+  constexpr int kShards = 4;
+  cpu::CpuBackend backend;
+  const int threads = backend.threads();
+  const TensorShape s{{"n", kParams / kShards}};
+  std::vector<Tensor> p, g, m, v;
+  std::vector<AdamWShard> shards;
+  for (int i = 0; i < kShards; ++i) {
+    const auto id = static_cast<std::uint32_t>(50 + 4 * i);
+    p.push_back(make(backend, s, id));
+    g.push_back(make(backend, s, id + 1));
+    m.push_back(make(backend, s, id + 2));
+    v.push_back(make(backend, s, id + 3));
+    backend.fill(m.back().view, 0.0f);
+    backend.fill(v.back().view, 0.0f);
+  }
+  for (int i = 0; i < kShards; ++i)
+    shards.push_back({.param = p[i].view, .grad = g[i].view, .m = m[i].view, .v = v[i].view});
+  // The baseline: each thread a contiguous part of every shard.
+  const auto stream = [&] {
+    std::vector<std::thread> team;
+    const std::int64_t n = s.numel();
+    for (int t = 0; t < threads; ++t) {
+      team.emplace_back([&, t] {
+        const std::int64_t begin = n * t / threads, end = n * (t + 1) / threads;
+        for (int i = 0; i < kShards; ++i) {
+          float* __restrict pp = p[i].view.f32();
+          float* __restrict mm = m[i].view.f32();
+          float* __restrict vv = v[i].view.f32();
+          const float* __restrict gg = g[i].view.f32();
+          for (std::int64_t j = begin; j < end; ++j) {
+            mm[j] = 0.9f * mm[j] + gg[j];
+            vv[j] = 0.99f * vv[j] + gg[j];
+            pp[j] = 0.999f * pp[j] + 1e-3f * mm[j];
+          }
+        }
+      });
+    }
+    for (std::thread& t : team) t.join();
+  };
+  double stream_s = std::numeric_limits<double>::infinity();
+  for (int run = 0; run < 3; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    stream();
+    stream_s = std::min(
+        stream_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  benchmark::DoNotOptimize(p[0].view.data);
+  AdamWArgs args{};
+  double adamw_s = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    backend.adamw_update_all(shards, args);
+    adamw_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++args.step;
+    benchmark::ClobberMemory();
+  }
+  adamw_s /= static_cast<double>(state.iterations());
+  const double bytes = 28.0 * static_cast<double>(kParams / kShards * kShards);
+  state.counters["adamw_GB/s"] = bytes * 1e-9 / adamw_s;
+  state.counters["stream_GB/s"] = bytes * 1e-9 / stream_s;
+  state.counters["adamw/stream_time"] = adamw_s / stream_s;
+  state.counters["threads"] = threads;
+}
+BENCHMARK(BM_AdamWAllAgainstStream)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Q out of the fused (B, S, 3H) projection into (B, a, S, d) (split_heads), and the gradient's way
 // back accumulated (range(2) = 1): each element read and written once (accumulate also reads dst).

@@ -27,7 +27,12 @@
 // blas_GF/s is OpenBLAS's rate on exactly the GEMMs of one step of rank 0, each distinct call
 // replayed alone through a fresh CPU backend on one thread after the ranks have finished (best of
 // five batches) and weighted by how often the step makes it; gemm/blas is their ratio.
-// BM_OpenBlasSgemm adds cblas_sgemm alone at the demo's largest GEMM.
+// blas_wall_GF/s is the same replay on the threads a lone rank gets, per wall second, each call
+// hot in the caches; blas_cold_GF/s times each call once after writing twice the last-level
+// cache, as a step mostly meets its operands (a weight was last touched by the previous step's
+// optimizer), best of three. A last table puts rank 0's ten costliest GEMM calls, by their wall
+// time in the last warm-up step, beside both replays. BM_OpenBlasSgemm adds cblas_sgemm alone at
+// the demo's largest GEMM.
 //
 // Predictions and CPU time. pred_s is the plan's step time under hardware::cpu() (describe_plan,
 // DropoutMasks::regenerated as the runtime does); pred_compute_s its compute part, beside
@@ -58,6 +63,7 @@
 #include <cpu/cpu_backend.hpp>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -263,8 +269,10 @@ struct Row {
   std::map<std::string_view, double> kernel_ms;  // rank mean CPU ms per step, by kernel
   double tokens = 0;                             // per step
   double profile_flops = 0;                      // per step, from the profiler (profile_graph)
-  double gemm_wall_rate = 0;  // GEMM FLOP per GEMM wall second (multi-threaded BLAS)
-  double blas_wall_rate = 0;  // OpenBLAS alone on the same calls, FLOP per wall second
+  double gemm_wall_rate = 0;              // GEMM FLOP per GEMM wall second (multi-threaded BLAS)
+  double blas_wall_rate = 0;              // OpenBLAS alone on the same calls, FLOP per wall second
+  double blas_cold_rate = 0;              // the same with the operands out of the caches
+  std::map<std::string, GemmCall> calls;  // rank 0's, with its step and alone times
 };
 std::vector<Row> g_rows;
 
@@ -371,10 +379,13 @@ void BM_TrainStep(benchmark::State& state, const std::string& name,
   row.profile_flops = static_cast<double>(profile_graph(c.graph, {}).flops.step);
   row.gemm_wall_rate = gemm_s > 0 ? gemm_flops / gemm_s : 0;
   row.blas_wall_rate = replay_gemm_rate(times[0].calls, true);
+  row.blas_cold_rate = replay_gemm_rate_cold(times[0].calls);
+  row.calls = times[0].calls;
   k["tok/s"] = row.tokens / row.measured_s;
   k["GFLOP/s"] = row.profile_flops / row.measured_s * 1e-9;
   k["gemm_wall_GF/s"] = row.gemm_wall_rate * 1e-9;
   k["blas_wall_GF/s"] = row.blas_wall_rate * 1e-9;
+  k["blas_cold_GF/s"] = row.blas_cold_rate * 1e-9;
   k["kernel_cpu_s"] = row.kernel_cpu_s;
   k["pred_compute_s"] = row.predicted_compute_s;
   k["kernel_share"] = row.kernel_share;
@@ -384,8 +395,11 @@ void BM_TrainStep(benchmark::State& state, const std::string& name,
   k["gemm/blas"] = row.blas_rate > 0 ? row.gemm_rate / row.blas_rate : 0;
   k["cpu_busy"] = row.cpu_busy;
   k["loss"] = loss;
+  const char* timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
   state.SetLabel(detail::concat(plan.mesh, " zero ", plan.zero_stage, "; blas threads ",
-                                cpu::blas_threads(), c.note.empty() ? "" : "; ", c.note));
+                                cpu::blas_threads(), "; OPENBLAS_THREAD_TIMEOUT ",
+                                timeout == nullptr ? "unset" : timeout, c.note.empty() ? "" : "; ",
+                                c.note));
   g_rows.push_back(row);
 }
 
@@ -455,14 +469,16 @@ void print_tables() {
   std::printf(
       "\nthroughput and the GEMMs' share (wall time; GEMMs use the rank's threads, %d here)\n"
       "| plan | s/step | GFLOP/s (profiler FLOPs / step time) | GEMM share of the step | GEMM "
-      "GFLOP/s in steps | OpenBLAS alone, same calls, same run | ratio |\n"
-      "|---|---|---|---|---|---|---|\n",
+      "GFLOP/s in steps | OpenBLAS alone, same calls, same run | ratio | OpenBLAS alone, operands "
+      "out of the caches | ratio |\n"
+      "|---|---|---|---|---|---|---|---|---|\n",
       cpu::blas_threads());
   for (const Row& r : rows) {
-    std::printf("| %s | %.3f | %.1f | %.2f | %.1f | %.1f | %.2f |\n", r.name.c_str(), r.measured_s,
-                r.profile_flops / r.measured_s * 1e-9, r.gemm_share, r.gemm_wall_rate * 1e-9,
-                r.blas_wall_rate * 1e-9,
-                r.blas_wall_rate > 0 ? r.gemm_wall_rate / r.blas_wall_rate : 0);
+    std::printf(
+        "| %s | %.3f | %.1f | %.2f | %.1f | %.1f | %.2f | %.1f | %.2f |\n", r.name.c_str(),
+        r.measured_s, r.profile_flops / r.measured_s * 1e-9, r.gemm_share, r.gemm_wall_rate * 1e-9,
+        r.blas_wall_rate * 1e-9, r.blas_wall_rate > 0 ? r.gemm_wall_rate / r.blas_wall_rate : 0,
+        r.blas_cold_rate * 1e-9, r.blas_cold_rate > 0 ? r.gemm_wall_rate / r.blas_cold_rate : 0);
   }
   std::printf(
       "The GPT-2 124M row's only same-run baseline here is the OpenBLAS column. Against a "
@@ -490,6 +506,30 @@ void print_tables() {
     for (const auto& [ms, kernel] : by_time)
       if (ms >= 0.1) std::printf(" %.*s %.1f", static_cast<int>(kernel.size()), kernel.data(), ms);
     std::printf("\n");
+  }
+  // Where the GEMMs lose against OpenBLAS alone: rank 0's distinct calls by their time in the
+  // recorded warm-up step (the one before the timed steps), the ten largest.
+  constexpr std::size_t kShown = 10;
+  std::printf(
+      "\nthe GEMM calls of rank 0 by wall time in one warm step (ms per step), against OpenBLAS "
+      "alone on the same call, hot and with its operands out of the caches\n"
+      "| plan | call (a x b -> c, T: transposed; alpha, beta) | calls | in the step | alone | "
+      "alone/in step | alone, cold | cold/in step |\n|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::vector<const std::pair<const std::string, GemmCall>*> by_time;
+    for (const auto& entry : r.calls) by_time.push_back(&entry);
+    std::sort(by_time.begin(), by_time.end(), [](const auto* a, const auto* b) {
+      return a->second.step_wall_s > b->second.step_wall_s;
+    });
+    for (std::size_t i = 0; i < std::min(kShown, by_time.size()); ++i) {
+      const auto& [key, call] = *by_time[i];
+      const double n = static_cast<double>(call.count);
+      const double alone = call.alone_wall_s * n, cold = call.cold_wall_s * n;
+      const double in_step = call.step_wall_s;
+      std::printf("| %s | %s | %lld | %.2f | %.2f | %.2f | %.2f | %.2f |\n", r.name.c_str(),
+                  key.c_str(), static_cast<long long>(call.count), in_step * 1e3, alone * 1e3,
+                  in_step > 0 ? alone / in_step : 0, cold * 1e3, in_step > 0 ? cold / in_step : 0);
+    }
   }
 }
 

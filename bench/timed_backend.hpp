@@ -5,17 +5,21 @@
 
 #include <benchmark/benchmark.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <carto/runtime/backend.hpp>
 #include <carto/runtime/rng.hpp>
 #include <chrono>
 #include <cpu/cpu_backend.hpp>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace carto::bench {
 
@@ -36,7 +40,10 @@ struct GemmCall {
   TensorShape a, b, c;
   GemmArgs args{};
   std::int64_t count = 0;
-  double flops = 0;  // per call
+  double flops = 0;         // per call
+  double step_wall_s = 0;   // wall seconds of all its calls in the recorded step
+  double alone_wall_s = 0;  // per call, OpenBLAS alone (replay_gemm_rate with `wall`)
+  double cold_wall_s = 0;   // per call, OpenBLAS alone on operands out of the caches
 };
 
 // What one rank's TimedBackend measured over the timed steps.
@@ -102,7 +109,8 @@ class TimedBackend final : public Backend {
     const double cpu_start = thread_cpu_seconds();
     const auto start = Clock::now();
     in.gemm(a, b, c, args);
-    times_.gemm_s += seconds_since(start);
+    const double wall = seconds_since(start);
+    times_.gemm_s += wall;
     const double cpu = thread_cpu_seconds() - cpu_start;
     times_.gemm_cpu_s += cpu;
     times_.kernel_cpu_s["gemm"] += cpu;
@@ -115,6 +123,7 @@ class TimedBackend final : public Backend {
       GemmCall& call = times_.calls[key.str()];
       if (call.count == 0) call = {.a = a.shape(), .b = b.shape(), .c = c.shape, .args = args};
       call.flops = flops;
+      call.step_wall_s += wall;
       ++call.count;
     }
   }
@@ -331,13 +340,34 @@ class TimedBackend final : public Backend {
   bool record_ = false;
 };
 
+// A GEMM call's three operands, filled with normal draws (stream ids counted by `stream`).
+struct GemmOperands {
+  Buffer a, b, c;
+  GemmOperands(Backend& backend, const GemmCall& call, std::uint32_t seed, std::uint32_t& stream)
+      : a(filled(backend, call.a, seed, stream)),
+        b(filled(backend, call.b, seed, stream)),
+        c(filled(backend, call.c, seed, stream)) {}
+  void run(Backend& backend, const GemmCall& call) const {
+    backend.gemm(a.view(call.a), b.view(call.b), c.view(call.c), call.args);
+  }
+
+ private:
+  static Buffer filled(Backend& backend, const TensorShape& shape, std::uint32_t seed,
+                       std::uint32_t& stream) {
+    Buffer buf = backend.allocate(shape, DType::fp32, MemoryCategory::temporaries);
+    backend.fill_normal(buf.view(shape), 1.0f,
+                        {.seed = seed, .id = stream_id(RngPurpose::test, stream++, 0)}, {});
+    return buf;
+  }
+};
+
 // OpenBLAS alone on one step's GEMMs: each distinct call replayed through a fresh CPU backend on
 // the calling thread, kReplayBatches batches of at least kReplaySeconds of thread CPU time each,
 // the fastest batch kept (other processes on the machine only ever slow a batch down), weighted by
 // how often the step makes the call. Returns FLOP per CPU second.
-// `wall`: on the threads a lone rank gets (CpuBackend's default), per wall second; else on one
-// thread per thread CPU second.
-inline double replay_gemm_rate(const std::map<std::string, GemmCall>& calls, bool wall = false) {
+// `wall`: on the threads a lone rank gets (CpuBackend's default), per wall second, and each call's
+// best time kept in its alone_wall_s; else on one thread per thread CPU second.
+inline double replay_gemm_rate(std::map<std::string, GemmCall>& calls, bool wall = false) {
   constexpr double kReplaySeconds = 0.004;
   constexpr int kReplayBatches = 5;
   cpu::CpuBackend backend(cpu::CpuOptions{.threads = wall ? 0 : 1});
@@ -347,30 +377,56 @@ inline double replay_gemm_rate(const std::map<std::string, GemmCall>& calls, boo
   };
   double flops = 0, seconds = 0;
   std::uint32_t stream = 0;
-  auto make = [&](const TensorShape& shape) {
-    Buffer buf = backend.allocate(shape, DType::fp32, MemoryCategory::temporaries);
-    backend.fill_normal(buf.view(shape), 1.0f,
-                        {.seed = 7, .id = stream_id(RngPurpose::test, stream++, 0)}, {});
-    return buf;
-  };
-  for (const auto& [key, call] : calls) {
-    const Buffer a = make(call.a), b = make(call.b), c = make(call.c);
-    const ConstTensorView av = a.view(call.a), bv = b.view(call.b);
-    const TensorView cv = c.view(call.c);
-    backend.gemm(av, bv, cv, call.args);                    // warm: caches, OpenBLAS buffers
+  for (auto& [key, call] : calls) {
+    const GemmOperands operands(backend, call, 7, stream);
+    operands.run(backend, call);                            // warm: caches, OpenBLAS buffers
     double best = std::numeric_limits<double>::infinity();  // seconds per call
     for (int batch = 0; batch < kReplayBatches; ++batch) {
       std::int64_t runs = 0;
       const double start = now();
       double elapsed = 0;
       do {
-        backend.gemm(av, bv, cv, call.args);
+        operands.run(backend, call);
         ++runs;
         elapsed = now() - start;
       } while (elapsed < kReplaySeconds || runs < 3);
       best = std::min(best, elapsed / static_cast<double>(runs));
     }
-    benchmark::DoNotOptimize(c.data());
+    benchmark::DoNotOptimize(operands.c.data());
+    if (wall) call.alone_wall_s = best;
+    flops += static_cast<double>(call.count) * call.flops;
+    seconds += static_cast<double>(call.count) * best;
+  }
+  return seconds > 0 ? flops / seconds : 0;
+}
+
+// OpenBLAS alone on one step's GEMMs with its operands out of the caches, as a step mostly meets
+// them (a weight was last touched by the previous step's optimizer): each distinct call timed on
+// its own after writing a buffer of twice the last-level cache (at least 256 MiB), the best of
+// kColdRuns kept in cold_wall_s, on the threads a lone rank gets. Returns FLOP per wall second.
+inline double replay_gemm_rate_cold(std::map<std::string, GemmCall>& calls) {
+  constexpr int kColdRuns = 3;
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const std::size_t flush_bytes = std::max<std::size_t>(
+      std::size_t{256} << 20, 2 * static_cast<std::size_t>(std::max(llc, 0L)));
+  std::vector<unsigned char> flush(flush_bytes);
+  cpu::CpuBackend backend;
+  double flops = 0, seconds = 0;
+  std::uint32_t stream = 0;
+  unsigned char byte = 0;
+  for (auto& [key, call] : calls) {
+    const GemmOperands operands(backend, call, 11, stream);
+    operands.run(backend, call);  // OpenBLAS's buffers and threads up
+    double best = std::numeric_limits<double>::infinity();
+    for (int run = 0; run < kColdRuns; ++run) {
+      std::memset(flush.data(), ++byte, flush.size());
+      benchmark::ClobberMemory();
+      const auto start = Clock::now();
+      operands.run(backend, call);
+      best = std::min(best, seconds_since(start));
+    }
+    benchmark::DoNotOptimize(operands.c.data());
+    call.cold_wall_s = best;
     flops += static_cast<double>(call.count) * call.flops;
     seconds += static_cast<double>(call.count) * best;
   }

@@ -19,8 +19,8 @@
 // OPENBLAS_NUM_THREADS, as the thread count of a rank is CARTO_CPU_THREADS's to say. After each
 // GEMM, OpenBLAS's own idle threads call sched_yield in a loop for 2^28 TSC ticks (about 0.1 s)
 // before they sleep, so during the loop kernels between two GEMMs they take turns on the cores
-// with the team's threads (GPT-2 124M on one rank with 2 threads: about 2,900 involuntary context
-// switches per step, 2-3 % of the step). OpenBLAS reads OPENBLAS_THREAD_TIMEOUT (n: 2^n ticks)
+// with the team's threads (GPT-2 124M on one rank with 2 threads: about 2,400 involuntary context
+// switches per step, about 2 % of the step). OpenBLAS reads OPENBLAS_THREAD_TIMEOUT (n: 2^n ticks)
 // from the environment once, while the program loads, so no library call can change it: a
 // process with a rank of several threads runs faster with OPENBLAS_THREAD_TIMEOUT=13 (about 3
 // us) set before it starts; ranks of one thread each have no idle OpenBLAS threads. Fused

@@ -1,12 +1,19 @@
 // The CPU backend's threads (cpu_backend.hpp's design note): how many a rank's kernels use, the
 // CARTO_CPU_THREADS override and its refusal of bad values, OpenBLAS's process-wide count, and
-// that the split loop kernels compute the same bits on one thread and on several.
+// that the split loop kernels compute the same bits on one thread and on several, and how
+// parallel_ranges cuts its range into chunks.
 //
 // References: the kernels on one thread (CpuOptions{.threads = 1}), for the kernels run on more
 // threads; the per-shard adamw_update, for the fused adamw_update_all; an element-by-element loop
-// on the host, for strided copies whose dims merge into long runs.
+// on the host, for strided copies whose dims merge into long runs; the range itself, for the
+// chunks parallel_ranges hands out.
+#include <algorithm>
 #include <cpu/cpu_backend.hpp>
+#include <cpu/parallel.hpp>
 #include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernel_support.hpp"
@@ -80,6 +87,57 @@ TEST_CASE("CPU threads: an option, CARTO_CPU_THREADS, or the cores divided among
   }
   CHECK_THROWS_WITH(cpu::CpuBackend(cpu::CpuOptions{.threads = -1}),
                     Catch::Contains("CpuOptions::threads"));
+}
+
+TEST_CASE("CPU threads: parallel_ranges covers its range once, in chunks of at least the grain",
+          "[kernels][cpu][threads]") {
+  using cpu::detail::kChunksPerThread;
+  using cpu::detail::parallel_ranges;
+  // (begin, end) of every call, in the order the calls returned.
+  const auto chunks = [](int threads, std::int64_t n, std::int64_t grain) {
+    std::mutex mutex;
+    std::vector<std::pair<std::int64_t, std::int64_t>> calls;
+    parallel_ranges(threads, n, grain, [&](std::int64_t begin, std::int64_t end) {
+      const std::lock_guard lock(mutex);
+      calls.emplace_back(begin, end);
+    });
+    std::sort(calls.begin(), calls.end());
+    return calls;
+  };
+  SECTION("a long range: a few chunks per thread that tile it") {
+    for (const int threads : {2, 3, 4}) {
+      const std::int64_t n = 1'000'003, grain = 1000;
+      const auto calls = chunks(threads, n, grain);
+      CHECK(static_cast<std::int64_t>(calls.size()) == threads * kChunksPerThread);
+      std::int64_t next = 0;
+      for (const auto& [begin, end] : calls) {
+        CHECK(begin == next);
+        CHECK(end - begin >= grain);
+        next = end;
+      }
+      CHECK(next == n);
+    }
+  }
+  SECTION("a range of a few grains: as many chunks as whole grains") {
+    const auto calls = chunks(4, 5500, 1000);
+    REQUIRE(calls.size() == 5);
+    CHECK(calls.front().first == 0);
+    CHECK(calls.back().second == 5500);
+    for (const auto& [begin, end] : calls) CHECK(end - begin >= 1000);
+  }
+  SECTION("shorter than two grains, or one thread: one call on the caller") {
+    CHECK(chunks(4, 1999, 1000) == std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 1999}});
+    CHECK(chunks(1, 100'000, 10) ==
+          std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 100'000}});
+    CHECK(chunks(4, 0, 10).empty());
+  }
+  SECTION("a chunk that throws: the error reaches the caller") {
+    CHECK_THROWS_AS(parallel_ranges(2, 100'000, 1000,
+                                    [](std::int64_t begin, std::int64_t) {
+                                      if (begin > 50'000) throw std::runtime_error("chunk");
+                                    }),
+                    std::runtime_error);
+  }
 }
 
 TEST_CASE("CPU threads: split loop kernels compute the one-thread bits",

@@ -48,11 +48,14 @@ carto_build() {
 # ---- sanitizers (scripts/test --sanitize) -----------------------------------------------------------
 # What each sanitizer build compiles and runs: the host core and the runtime on thread ranks, never
 # CUDA, MPI or benchmarks. address,undefined: every host and CPU-backend test; thread: the thread
-# communicator, resharding and the executor on thread ranks.
+# communicator, resharding and the executor on thread ranks, and the CPU backend's worker teams
+# (test_cpu_threads: kernels split over several threads, no GEMM, whose OpenBLAS threads TSan
+# cannot see).
 CARTO_SANITIZE_TESTS_ADDRESS=(test_spec test_util test_profile test_cost test_search test_dp
                               test_llama test_rng test_bf16 test_memory test_comm test_kernels
-                              test_reshard_exec test_executor test_executor_llama test_weights)
-CARTO_SANITIZE_TESTS_THREAD=(test_comm test_reshard_exec test_executor)
+                              test_reshard_exec test_executor test_executor_llama test_weights
+                              test_cpu_threads)
+CARTO_SANITIZE_TESTS_THREAD=(test_comm test_reshard_exec test_executor test_cpu_threads)
 
 # carto_sanitize_build LIST: configures build-sanitize-<LIST with ',' as '-'> (Debug at -O1 with
 # -fsanitize=LIST, libstdc++'s assertions, no CUDA, no MPI, no benchmarks) and builds the test
